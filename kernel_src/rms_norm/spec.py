@@ -1,0 +1,64 @@
+"""Variant spec for RMSNorm: see kernels.py for the math."""
+from ..spec import Config, KernelSpec, Param
+
+CASTING_MODES = {"llama": 0, "gemma": 1, "none": 2}
+
+# Whole-row configs (row held in registers), several rows per program for short rows so
+# each program moves at least ~8 KB; one looped config for rows over 16K columns.
+_WHOLE_ROW = tuple(
+    Config({"BLOCK_M": m, "BLOCK_N": n, "LOOP": False}, num_warps=w)
+    for m, n, w in ((16, 128, 4), (8, 256, 4), (4, 512, 4), (2, 1024, 4), (1, 2048, 4),
+                    (1, 4096, 8), (1, 8192, 16), (1, 16384, 16))
+)
+_LOOPED = Config({"BLOCK_M": 1, "BLOCK_N": 4096, "LOOP": True}, num_warps=8)
+CONFIGS = _WHOLE_ROW + (_LOOPED,)
+
+
+def select_config(n_cols: int) -> Config:
+    for config in _WHOLE_ROW:
+        if n_cols <= config.constexprs["BLOCK_N"]:
+            return config
+    return _LOOPED
+
+
+# Backward holds the weight and a dw accumulator per program, so one row per step.
+_BWD_WHOLE_ROW = tuple(
+    Config({"BLOCK_M": m, "BLOCK_N": n, "LOOP": False}, num_warps=w)
+    for m, n, w in ((8, 128, 4), (4, 256, 4), (2, 512, 4), (1, 1024, 4), (1, 2048, 4),
+                    (1, 4096, 8), (1, 8192, 16))
+)
+_BWD_LOOPED = Config({"BLOCK_M": 1, "BLOCK_N": 4096, "LOOP": True}, num_warps=8)
+BWD_CONFIGS = _BWD_WHOLE_ROW + (_BWD_LOOPED,)
+
+
+def select_bwd_config(n_cols: int) -> Config:
+    for config in _BWD_WHOLE_ROW:
+        if n_cols <= config.constexprs["BLOCK_N"]:
+            return config
+    return _BWD_LOOPED
+
+
+FWD = KernelSpec(
+    name="rms_norm_fwd", family="rms_norm", function="rms_norm_fwd",
+    params=(Param("Y", "ptr"), Param("X", "ptr"), Param("W", "ptr"),
+            Param("RSTD", "ptr", dtype="fp32"),
+            Param("n_rows", "i32"), Param("n_cols", "i32"),
+            Param("stride_y", "i64", divisible=True), Param("stride_x", "i64", divisible=True),
+            Param("eps", "fp32"), Param("offset", "fp32")),
+    options={"CASTING": (0, 1, 2)},
+    configs=CONFIGS, rule=select_config,
+)
+
+BWD = KernelSpec(
+    name="rms_norm_bwd", family="rms_norm", function="rms_norm_bwd",
+    params=(Param("DX", "ptr"), Param("DW_PARTIAL", "ptr", dtype="fp32"), Param("DY", "ptr"),
+            Param("X", "ptr"), Param("W", "ptr"), Param("RSTD", "ptr", dtype="fp32"),
+            Param("n_rows", "i32"), Param("n_cols", "i32"),
+            Param("stride_dx", "i64", divisible=True), Param("stride_dy", "i64", divisible=True),
+            Param("stride_x", "i64", divisible=True),
+            Param("offset", "fp32"), Param("rows_per_program", "i32")),
+    options={"CASTING": (0, 1, 2)},
+    configs=BWD_CONFIGS, rule=select_bwd_config,
+)
+
+SPECS = (FWD, BWD)

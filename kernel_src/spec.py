@@ -1,0 +1,150 @@
+"""Declarative variant specs: the single description of a kernel's variant space.
+
+Read by the AOT build (what to compile), the runtime (what to look up and how to pack
+arguments), the JIT fallback and the interpreter path. Pure Python: importing this module
+must never import triton, because the runtime reads it on the AOT path.
+
+A *variant* is one compiled binary: spec x data dtype x alignment class x option values x
+config. Names look like ``rms_norm_fwd.bf16.a16.CASTING=0.BLOCK_N=4096.w8``.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+# Data dtypes a spec can be compiled for; Triton's signature names.
+DTYPES = ("fp32", "bf16", "fp16")
+
+# Alignment classes. "a16": every pointer is 16-byte aligned and every int marked
+# ``divisible`` is a multiple of 16, so Triton may emit 16-byte vector loads.
+# "any": no assumption. The runtime checks this at every call.
+ALIGN_CLASSES = ("a16", "any")
+
+# Parameter kinds and the one-character codes used in a manifest's type string.
+# Triton 3.6 appends two hidden pointer parameters (global scratch, profile scratch).
+KIND_CODES = {"ptr": "P", "i32": "i", "i64": "l", "fp32": "f"}
+HIDDEN_PARAMS = "PP"
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: str  # "ptr" | "i32" | "i64" | "fp32"
+    # For pointers: element type. "{dtype}" means the variant's data dtype.
+    dtype: str = "{dtype}"
+    # Part of the 16-byte alignment class: pointers must be 16-byte aligned,
+    # ints must be multiples of 16 (element strides and row lengths).
+    divisible: bool = False
+
+    def __post_init__(self):
+        if self.kind not in KIND_CODES:
+            raise ValueError(f"param {self.name}: unknown kind {self.kind!r}")
+
+
+@dataclass(eq=False)  # identity hash: configs are module-level singletons used as dict keys
+class Config:
+    """Tunable constexprs plus launch options. Chosen per call by the spec's rule."""
+    constexprs: dict
+    num_warps: int = 4
+    num_stages: int = 1
+
+    @property
+    def tag(self) -> str:
+        parts = [f"{k}={v}" for k, v in sorted(self.constexprs.items())]
+        return ".".join(parts + [f"w{self.num_warps}", f"s{self.num_stages}"])
+
+
+@dataclass(frozen=True)
+class Variant:
+    spec: "KernelSpec"
+    dtype: str
+    align: str
+    options: tuple  # ((name, value), ...) sorted by name
+    config: Config
+
+    @property
+    def name(self) -> str:
+        opts = "".join(f".{k}={v}" for k, v in self.options)
+        return f"{self.spec.name}.{self.dtype}.{self.align}{opts}.{self.config.tag}"
+
+    def signature(self) -> dict:
+        """Triton signature: param name -> type ("*bf16", "i32", "fp32", "constexpr")."""
+        sig = {}
+        for p in self.spec.params:
+            if p.kind == "ptr":
+                sig[p.name] = "*" + p.dtype.format(dtype=self.dtype)
+            else:
+                sig[p.name] = p.kind
+        for name in self.constexprs():
+            sig[name] = "constexpr"
+        return sig
+
+    def constexprs(self) -> dict:
+        values = dict(self.options)
+        values.update(self.config.constexprs)
+        return values
+
+    def divisibility_attrs(self) -> dict:
+        """Triton attrs for the aligned class: {(index,): [["tt.divisibility", 16]]}."""
+        if self.align != "a16":
+            return {}
+        return {(i,): [["tt.divisibility", 16]]
+                for i, p in enumerate(self.spec.params) if p.kind == "ptr" or p.divisible}
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str  # unique across the library, e.g. "rms_norm_fwd"
+    family: str  # op family = module folder under kernel_src, e.g. "rms_norm"
+    function: str  # name of the @triton.jit function in kernel_src/<family>/kernels.py
+    params: tuple  # tuple[Param, ...] in kernel order, constexprs excluded
+    configs: tuple  # tuple[Config, ...]: every config the rule may pick
+    dtypes: tuple = ("fp32", "bf16", "fp16")
+    # Feature constexprs compiled as separate variants: name -> allowed values.
+    options: dict = field(default_factory=dict)
+    # Which sizes pick which config, e.g. lambda n_cols: CONFIGS[...]
+    rule: Callable | None = None
+
+    @property
+    def type_string(self) -> str:
+        """One character per launch parameter, hidden trailing parameters included."""
+        return "".join(KIND_CODES[p.kind] for p in self.params) + HIDDEN_PARAMS
+
+    def variants(self) -> Iterator[Variant]:
+        option_names = sorted(self.options)
+        for dtype in self.dtypes:
+            for align in ALIGN_CLASSES:
+                for values in itertools.product(*(self.options[n] for n in option_names)):
+                    for config in self.configs:
+                        yield Variant(self, dtype, align, tuple(zip(option_names, values)), config)
+
+    def variant(self, dtype: str, align: str, options: tuple, config: Config) -> Variant:
+        return Variant(self, dtype, align, options, config)
+
+    def source_path(self) -> str:
+        return os.path.join(os.path.dirname(os.path.abspath(__file__)), self.family, "kernels.py")
+
+    def source_sha256(self) -> str:
+        return family_source_sha256(self.family)
+
+
+_SOURCE_SHA: dict = {}
+
+
+def family_source_sha256(family: str) -> str:
+    """sha256 of an op family's Triton source file: part of every artifact key, and what the
+    runtime compares to refuse artifacts built from other kernel code. Read once per process."""
+    digest = _SOURCE_SHA.get(family)
+    if digest is None:
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), family, "kernels.py")
+        with open(path, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+        _SOURCE_SHA[family] = digest
+    return digest
+
+
+def next_power_of_2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()

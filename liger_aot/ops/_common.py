@@ -1,0 +1,69 @@
+"""Helpers shared by the ops: argument checks with messages that name the argument."""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def check_float(name: str, t: torch.Tensor):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"{name} must be float32, bfloat16 or float16, got {t.dtype}")
+
+
+def check_same_device(**tensors):
+    devices = {name: t.device for name, t in tensors.items() if t is not None}
+    if len(set(devices.values())) > 1:
+        listing = ", ".join(f"{n} on {d}" for n, d in devices.items())
+        raise ValueError(f"tensors must be on one device, got {listing}")
+
+
+def rows_view(name: str, t: torch.Tensor, n_cols: int) -> torch.Tensor:
+    """A 2-D (rows, n_cols) view whose last dim is contiguous; copies only when needed."""
+    if t.shape[-1] != n_cols:
+        raise ValueError(f"{name} must have last dimension {n_cols}, got shape {tuple(t.shape)}")
+    t2 = t.reshape(-1, n_cols)
+    if n_cols > 1 and t2.stride(1) != 1:
+        t2 = t2.contiguous()
+    return t2
+
+
+def row_stride(t2: torch.Tensor) -> int:
+    return t2.stride(0) if t2.shape[0] > 1 else t2.shape[1]
+
+
+@functools.lru_cache(maxsize=None)
+def multiprocessor_count(device_index: int) -> int:
+    if device_index < 0:
+        return 4  # interpreter: a few programs are enough to exercise the partial sums
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def check_same_dtype(**tensors):
+    dtypes = {name: t.dtype for name, t in tensors.items() if t is not None}
+    if len(set(dtypes.values())) > 1:
+        listing = ", ".join(f"{n} is {d}" for n, d in dtypes.items())
+        raise TypeError(f"tensors must have one dtype, got {listing}")
+
+
+def check_same_shape(**tensors):
+    shapes = {name: tuple(t.shape) for name, t in tensors.items() if t is not None}
+    if len(set(shapes.values())) > 1:
+        listing = ", ".join(f"{n} {s}" for n, s in shapes.items())
+        raise ValueError(f"tensors must have one shape, got {listing}")
+
+
+def check_tensor(name: str, t):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+
+
+def last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
+    """t itself when its last dim has stride 1 (or size <= 1), else a contiguous copy."""
+    if t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
+        return t.contiguous()
+    return t

@@ -1,0 +1,33 @@
+"""Environment variables read by the runtime (documented in README.md)."""
+import os
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def strict() -> bool:
+    """LIGER_AOT_STRICT=1: a missing variant is an error, never a JIT compile."""
+    return _flag("LIGER_AOT_STRICT")
+
+
+def jit_fallback_allowed() -> bool:
+    """LIGER_AOT_DISABLE_JIT=1 forbids the JIT fallback without strict mode's other checks."""
+    return not _flag("LIGER_AOT_DISABLE_JIT")
+
+
+def artifact_dirs() -> list:
+    """LIGER_AOT_ARTIFACT_DIR: os.pathsep-separated roots searched before installed wheels."""
+    value = os.environ.get("LIGER_AOT_ARTIFACT_DIR", "")
+    return [p for p in value.split(os.pathsep) if p]
+
+
+def cache_dir() -> str:
+    """Default output of `liger-aot build`, also searched last by the runtime."""
+    return os.environ.get("LIGER_AOT_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "liger_aot")
+
+
+def disabled_sources() -> set:
+    """LIGER_AOT_IGNORE_CACHE=1 skips the local build cache (useful in tests)."""
+    return {"cache"} if _flag("LIGER_AOT_IGNORE_CACHE") else set()

@@ -1,0 +1,195 @@
+"""Load binaries and launch kernels through the CUDA driver API (libcuda) or HIP's module API
+(libamdhip64), with ctypes: no C extension, no compiler, no triton.
+
+Launch cost: the argument block is packed with one precompiled struct.pack_into into a
+buffer owned by the launcher, whose parameter-pointer array is built once. The library is
+opened with ctypes.PyDLL so the launch call keeps the GIL: no release/reacquire cost, and no
+other thread can repack the shared buffer while the driver reads it.
+
+HIP status: written to the same shape as the CUDA path, compiled artifacts checked in CI,
+but never run on an AMD GPU (none was available). See README.md, "Unverified".
+"""
+from __future__ import annotations
+
+import ctypes
+import struct
+import threading
+
+import torch
+
+from .errors import LaunchError, LigerAOTError
+
+# One 8-byte slot per parameter; hidden trailing pointers are passed as NULL (their
+# scratch sizes are checked to be 0 when the manifest is read).
+_SLOT_FORMAT = {"P": "Q", "l": "q", "i": "i4x", "f": "f4x"}
+
+_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+_CUDA_ERROR_INVALID_CONTEXT = 201
+_STATIC_SHARED_LIMIT = 48 * 1024
+
+
+class _Api:
+    """The handful of driver entry points, for CUDA or HIP."""
+
+    def __init__(self, backend: str):
+        self.backend = backend
+        c_void_p, c_int, c_uint = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint
+        if backend == "cuda":
+            lib = ctypes.PyDLL("libcuda.so.1")
+            names = dict(init="cuInit", load="cuModuleLoadData", get_function="cuModuleGetFunction",
+                         launch="cuLaunchKernel", error_string="cuGetErrorString")
+        else:
+            lib = ctypes.PyDLL("libamdhip64.so")
+            names = dict(init="hipInit", load="hipModuleLoadData",
+                         get_function="hipModuleGetFunction",
+                         launch="hipModuleLaunchKernel", error_string=None)
+        self.lib = lib
+        self.init = getattr(lib, names["init"])
+        self.init.argtypes, self.init.restype = [c_uint], c_int
+        self.load = getattr(lib, names["load"])
+        self.load.argtypes, self.load.restype = [ctypes.POINTER(c_void_p), c_void_p], c_int
+        self.get_function = getattr(lib, names["get_function"])
+        self.get_function.argtypes = [ctypes.POINTER(c_void_p), c_void_p, ctypes.c_char_p]
+        self.get_function.restype = c_int
+        self.launch = getattr(lib, names["launch"])
+        self.launch.argtypes = [c_void_p, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint,
+                                c_void_p, c_void_p, c_void_p]
+        self.launch.restype = c_int
+        if backend == "cuda":
+            self.set_attribute = lib.cuFuncSetAttribute
+            self.set_attribute.argtypes, self.set_attribute.restype = [c_void_p, c_int, c_int], c_int
+            self.ctx_get_current = lib.cuCtxGetCurrent
+            self.ctx_get_current.argtypes = [ctypes.POINTER(c_void_p)]
+            self.ctx_set_current = lib.cuCtxSetCurrent
+            self.ctx_set_current.argtypes = [c_void_p]
+            self.primary_ctx_retain = lib.cuDevicePrimaryCtxRetain
+            self.primary_ctx_retain.argtypes = [ctypes.POINTER(c_void_p), c_int]
+            self.device_get = lib.cuDeviceGet
+            self.device_get.argtypes = [ctypes.POINTER(c_int), c_int]
+            self.error_string_fn = lib.cuGetErrorString
+            self.error_string_fn.argtypes = [c_int, ctypes.POINTER(ctypes.c_char_p)]
+        else:
+            self.error_string_fn = lib.hipGetErrorString
+            self.error_string_fn.argtypes, self.error_string_fn.restype = [c_int], ctypes.c_char_p
+        self.check(self.init(0), "init")
+
+    def error_string(self, code: int) -> str:
+        try:
+            if self.backend == "cuda":
+                out = ctypes.c_char_p()
+                self.error_string_fn(code, ctypes.byref(out))
+                text = out.value
+            else:
+                text = self.error_string_fn(code)
+            return text.decode() if text else "unknown error"
+        except Exception:  # the message must never mask the original failure
+            return "unknown error"
+
+    def check(self, code: int, what: str):
+        if code != 0:
+            raise LigerAOTError(f"liger_aot: {self.backend} driver call {what} failed: "
+                                f"error {code} ({self.error_string(code)})")
+
+    def make_context_current(self, device_index: int):
+        """Make the device's primary context (the one torch uses) current on this thread."""
+        if self.backend != "cuda":
+            return
+        device = ctypes.c_int()
+        self.check(self.device_get(ctypes.byref(device), device_index), "cuDeviceGet")
+        ctx = ctypes.c_void_p()
+        self.check(self.primary_ctx_retain(ctypes.byref(ctx), device.value),
+                   "cuDevicePrimaryCtxRetain")
+        self.check(self.ctx_set_current(ctx), "cuCtxSetCurrent")
+
+
+_api = None
+_api_lock = threading.Lock()
+
+
+def api() -> _Api:
+    global _api
+    if _api is None:
+        with _api_lock:
+            if _api is None:
+                _api = _Api("hip" if torch.version.hip else "cuda")
+    return _api
+
+
+class LoadedModule:
+    """A binary loaded on one device; keeps the module handle alive."""
+
+    def __init__(self, image: bytes, device_index: int):
+        a = api()
+        self.device_index = device_index
+        self._image = ctypes.create_string_buffer(image, len(image))
+        with torch.cuda.device(device_index):
+            torch.cuda.init()
+            a.make_context_current(device_index)
+            handle = ctypes.c_void_p()
+            a.check(a.load(ctypes.byref(handle), self._image), "module load")
+        self.handle = handle
+
+    def function(self, name: str, shared: int):
+        a = api()
+        fn = ctypes.c_void_p()
+        a.check(a.get_function(ctypes.byref(fn), self.handle, name.encode()),
+                f"get function {name}")
+        if a.backend == "cuda" and shared > _STATIC_SHARED_LIMIT:
+            a.check(a.set_attribute(fn, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared),
+                    f"set max dynamic shared memory of {name} to {shared}")
+        return fn.value
+
+
+_get_device = torch._C._cuda_getDevice
+_get_stream = torch._C._cuda_getCurrentRawStream
+
+
+class Launcher:
+    """Launches one loaded kernel. Called with (grid, values, args): `values` are the launch
+    arguments with tensors already replaced by their data pointers."""
+
+    __slots__ = ("name", "_module", "_function", "_device", "_threads", "_shared", "_pack",
+                 "_buffer", "_params", "_launch", "_backend")
+
+    def __init__(self, module: LoadedModule, name: str, type_string: str, num_warps: int,
+                 warp_size: int, shared: int):
+        a = api()
+        self.name = name
+        self._module = module
+        self._backend = a.backend
+        self._function = module.function(name, shared)
+        self._device = module.device_index
+        self._threads = num_warps * warp_size
+        self._shared = shared
+        self._pack = struct.Struct("<" + "".join(_SLOT_FORMAT[c] for c in type_string)).pack_into
+        n = len(type_string)
+        self._buffer = ctypes.create_string_buffer(8 * n)
+        base = ctypes.addressof(self._buffer)
+        self._params = (ctypes.c_void_p * n)(*[base + 8 * i for i in range(n)])
+        self._launch = a.launch
+
+    def __call__(self, grid, values, args):
+        gx = grid[0]
+        gy = grid[1] if len(grid) > 1 else 1
+        gz = grid[2] if len(grid) > 2 else 1
+        if gx == 0 or gy == 0 or gz == 0:
+            return
+        device = self._device
+        if _get_device() != device:
+            with torch.cuda.device(device):
+                return self(grid, values, args)
+        try:
+            self._pack(self._buffer, 0, *values, 0, 0)
+        except struct.error as e:
+            raise LaunchError(f"liger_aot: bad argument for kernel {self.name}: {e} "
+                              f"(values {values})") from None
+        rc = self._launch(self._function, gx, gy, gz, self._threads, 1, 1, self._shared,
+                          _get_stream(device), self._params, None)
+        if rc:
+            if rc == _CUDA_ERROR_INVALID_CONTEXT and self._backend == "cuda":
+                api().make_context_current(device)  # a thread torch never set up
+                rc = self._launch(self._function, gx, gy, gz, self._threads, 1, 1,
+                                  self._shared, _get_stream(device), self._params, None)
+            if rc:
+                raise LaunchError(f"liger_aot: launching {self.name} on grid {tuple(grid)} "
+                                  f"failed: error {rc} ({api().error_string(rc)})")

@@ -1,0 +1,133 @@
+"""Kernel: the call site of one spec. Picks a variant per call and launches it.
+
+Paths, in order of preference for a CUDA/HIP tensor:
+  1. AOT binary from an artifact set (no triton import, no compiler).
+  2. Triton JIT of the same source (default mode only; one warning per missing variant).
+  3. Strict mode (LIGER_AOT_STRICT=1): a missing variant raises MissingVariantError.
+CPU tensors run through Triton's interpreter.
+
+The hot path is a dict lookup keyed by (device index, dtype, alignment, options, config).
+"""
+from __future__ import annotations
+
+import threading
+import warnings
+
+import torch
+
+from liger_aot.kernel_src.spec import KernelSpec
+
+from . import _env
+from .errors import LaunchError, MissingVariantError
+
+TORCH_TO_TRITON = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+class Kernel:
+    __slots__ = ("spec", "_launchers", "_ptr_slots", "_div_slots", "_lock")
+
+    def __init__(self, spec: KernelSpec):
+        self.spec = spec
+        self._launchers = {}
+        self._ptr_slots = tuple(i for i, p in enumerate(spec.params) if p.kind == "ptr")
+        self._div_slots = tuple(i for i, p in enumerate(spec.params)
+                                if p.kind != "ptr" and p.divisible)
+        self._lock = threading.Lock()
+
+    def __call__(self, grid, *args, dtype, config, options=()):
+        """Launch on `grid` (a 1-3 tuple). Pointer params take tensors, the rest numbers.
+        `options` is ((name, value), ...) sorted by name, as in the spec."""
+        first = args[self._ptr_slots[0]]
+        device_index = first.get_device()
+        if device_index < 0:
+            return self._interpret(grid, args, dtype, config, options)
+        values = [a.data_ptr() if i in self._ptr_slots else a for i, a in enumerate(args)]
+        aligned = True
+        for i in self._ptr_slots:
+            if values[i] & 15:
+                aligned = False
+                break
+        if aligned:
+            for i in self._div_slots:
+                if values[i] & 15:
+                    aligned = False
+                    break
+        key = (device_index, dtype, aligned, options, config)
+        launcher = self._launchers.get(key)
+        if launcher is None:
+            launcher = self._resolve(key)
+        launcher(grid, values, args)
+
+    # -- slow path ------------------------------------------------------------------------
+    def _resolve(self, key):
+        with self._lock:
+            launcher = self._launchers.get(key)
+            if launcher is None:
+                launcher = self._make_launcher(*key)
+                self._launchers[key] = launcher
+            return launcher
+
+    def _make_launcher(self, device_index, dtype, aligned, options, config):
+        from .registry import find_variant  # deferred: keeps import of the package light
+
+        variant = self.spec.variant(TORCH_TO_TRITON[dtype], "a16" if aligned else "any",
+                                    options, config)
+        found = find_variant(variant, device_index)
+        if found.launcher is not None:
+            return found.launcher
+        if _env.strict():
+            raise MissingVariantError(variant.name, found.arch, found.reasons)
+        if not _env.jit_fallback_allowed():
+            raise MissingVariantError(variant.name, found.arch, found.reasons)
+        warnings.warn(
+            f"liger_aot: no ahead-of-time binary for {variant.name} on {found.arch}"
+            f" ({'; '.join(found.reasons) or 'no artifact set'}); compiling it with Triton JIT. "
+            f"Build it with `liger-aot build --arch {found.arch}`.",
+            RuntimeWarning, stacklevel=4)
+        return _jit_launcher(variant)
+
+    def _interpret(self, grid, args, dtype, config, options):
+        key = ("interpret", dtype, options, config)
+        fn = self._launchers.get(key)
+        if fn is None:
+            fn = _interpreted_function(self.spec)
+            self._launchers[key] = fn
+        constexprs = dict(options)
+        constexprs.update(config.constexprs)
+        fn[tuple(grid)](*args, **constexprs)
+
+
+def _interpreted_function(spec):
+    """CPU tensors run through Triton's interpreter, which must be chosen before triton is
+    imported (it replaces every @triton.jit function, tl.sum included, at decoration)."""
+    import os
+    import sys
+
+    if "triton" not in sys.modules:
+        os.environ["TRITON_INTERPRET"] = "1"
+    from liger_aot.kernel_src import triton_function
+    from triton.runtime.interpreter import InterpretedFunction
+
+    fn = triton_function(spec)
+    if not isinstance(fn, InterpretedFunction):
+        raise RuntimeError(
+            "liger_aot: CPU tensors run through Triton's interpreter, but triton was imported "
+            "without it. Set TRITON_INTERPRET=1 before anything imports triton, or move the "
+            "tensors to a GPU.")
+    return fn
+
+
+def _jit_launcher(variant):
+    from liger_aot.kernel_src import triton_function
+
+    fn = triton_function(variant.spec)
+    constexprs = variant.constexprs()
+    num_warps, num_stages = variant.config.num_warps, variant.config.num_stages
+
+    def launch(grid, values, args):
+        fn[tuple(grid)](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
+
+    return launch
+
+
+__all__ = ["Kernel", "LaunchError", "MissingVariantError", "TORCH_TO_TRITON"]

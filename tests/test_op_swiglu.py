@@ -1,0 +1,106 @@
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from liger_aot.ops.swiglu import swiglu
+
+TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def rel_err(out, ref):
+    out, ref = out.double(), ref.double()
+    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def check(a, b, dtype):
+    """Forward and backward of swiglu(a, b) against float64 PyTorch."""
+    a = a.detach().requires_grad_()
+    b = b.detach().requires_grad_()
+    c = swiglu(a, b)
+    assert c.shape == a.shape and c.dtype == dtype
+    g = torch.randn(c.shape, dtype=dtype)
+    c.backward(g)
+    a64 = a.detach().double().requires_grad_()
+    b64 = b.detach().double().requires_grad_()
+    ref = F.silu(a64) * b64
+    ref.backward(g.double())
+    tol = TOL[dtype]
+    assert rel_err(c, ref) < tol
+    assert rel_err(a.grad, a64.grad) < tol
+    assert rel_err(b.grad, b64.grad) < tol
+    assert a.grad.shape == a.shape and a.grad.dtype == dtype
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(7, 100), (2, 3, 100), (3, 5120), (5, 64), (1, 1)])
+def test_swiglu(shape, dtype):
+    torch.manual_seed(0)
+    check(torch.randn(shape, dtype=dtype) * 3, torch.randn(shape, dtype=dtype), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_swiglu_strided_rows(dtype):
+    # gate and up halves of one fused projection: row stride 2 * n, read in place
+    torch.manual_seed(1)
+    x = torch.randn(2, 5, 2 * 96, dtype=dtype)
+    a, b = x.chunk(2, dim=-1)
+    assert not a.is_contiguous()
+    check(a, b, dtype)
+
+
+def test_swiglu_transposed_last_dim():
+    torch.manual_seed(2)
+    a = torch.randn(48, 6).t()  # last dim stride 6: copied
+    b = torch.randn(6, 48)
+    check(a, b, torch.float32)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_swiglu_misaligned(dtype):
+    torch.manual_seed(3)
+    a = torch.randn(4 * 100 + 1, dtype=dtype)[1:].view(4, 100)
+    b = torch.randn(4 * 100 + 1, dtype=dtype)[1:].view(4, 100)
+    assert a.data_ptr() % 16 != 0
+    check(a, b, dtype)
+
+
+def test_swiglu_grad_output_noncontiguous():
+    torch.manual_seed(4)
+    a = torch.randn(3, 40, requires_grad=True)
+    b = torch.randn(3, 40, requires_grad=True)
+    swiglu(a, b).sum().backward()  # grad_output is an expanded (stride 0) tensor
+    a64, b64 = a.detach().double().requires_grad_(), b.detach().double().requires_grad_()
+    (F.silu(a64) * b64).sum().backward()
+    assert rel_err(a.grad, a64.grad) < 1e-5
+    assert rel_err(b.grad, b64.grad) < 1e-5
+
+
+@pytest.mark.parametrize("shape", [(0, 100), (3, 0), (2, 0, 8)])
+def test_swiglu_empty(shape):
+    a = torch.randn(shape, requires_grad=True)
+    b = torch.randn(shape, requires_grad=True)
+    c = swiglu(a, b)
+    assert c.shape == a.shape
+    c.sum().backward()
+    assert a.grad.shape == a.shape and b.grad.shape == b.shape
+
+
+def test_swiglu_bad_inputs():
+    a = torch.randn(4, 8)
+    with pytest.raises(ValueError, match="one shape"):
+        swiglu(a, torch.randn(4, 9))
+    with pytest.raises(TypeError, match="one dtype"):
+        swiglu(a, torch.randn(4, 8, dtype=torch.bfloat16))
+    with pytest.raises(TypeError, match="b must be float32"):
+        swiglu(a, torch.ones(4, 8, dtype=torch.int32))
+    with pytest.raises(TypeError, match="a must be a torch.Tensor"):
+        swiglu([1.0], a)
+    with pytest.raises(ValueError, match="one device"):
+        swiglu(a, torch.randn(4, 8, device="meta"))
+    with pytest.raises(ValueError, match="at least one dimension"):
+        swiglu(torch.tensor(1.0), torch.tensor(2.0))

@@ -31,7 +31,7 @@ def cross_entropy_forward(logits, target, ignore_index, reduction, label_smoothi
         if need_grad else None
     if n_rows:
         stride_logits = logits.stride(0) if n_rows > 1 else n_cols
-        _fwd((n_rows,), loss_rows, grad if need_grad else logits, logits, target,
+        _fwd.launch((n_rows,), loss_rows, grad if need_grad else logits, logits, target,
              n_valid if mean else target, n_cols, n_cols, stride_logits,
              int(ignore_index), float(label_smoothing), int(need_grad), int(mean),
              dtype=logits.dtype, config=spec.select_config(n_cols))

@@ -32,7 +32,7 @@ def rms_norm_forward(x, weight, eps, offset, casting):
     if rows and n:
         config = spec.select_config(n)
         block_m = config.constexprs["BLOCK_M"]
-        _fwd(((rows + block_m - 1) // block_m,), y, x2, weight, rstd, rows, n,
+        _fwd.launch(((rows + block_m - 1) // block_m,), y, x2, weight, rstd, rows, n,
              row_stride(y), row_stride(x2), float(eps), float(offset),
              dtype=x.dtype, config=config, options=(("CASTING", casting),))
     return y.view(x.shape), x2, rstd
@@ -47,7 +47,7 @@ def rms_norm_backward(dy, x2, weight, rstd, offset, casting):
     programs = (rows + rows_per_program - 1) // rows_per_program if rows else 0
     dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x2.device)
     if rows and n:
-        _bwd((programs,), dx, dw_partial, dy2, x2, weight, rstd, rows, n,
+        _bwd.launch((programs,), dx, dw_partial, dy2, x2, weight, rstd, rows, n,
              row_stride(dx), row_stride(dy2), row_stride(x2), float(offset), rows_per_program,
              dtype=x2.dtype, config=spec.select_bwd_config(n), options=(("CASTING", casting),))
     dw = dw_partial.sum(0).to(weight.dtype) if rows else torch.zeros_like(weight)

@@ -48,7 +48,7 @@ def _launch(qo, ko, q, k, cos, sin, unsqueeze_dim, backward):
         return
     half = dim // 2
     config = spec.select_config(half)
-    _rope((batch * seq,), qo, ko, q, k, cos, sin, seq, n_q, n_k, half,
+    _rope.launch((batch * seq,), qo, ko, q, k, cos, sin, seq, n_q, n_k, half,
           *_bhs_strides(qo, unsqueeze_dim), *_bhs_strides(q, unsqueeze_dim),
           *_bhs_strides(ko, unsqueeze_dim), *_bhs_strides(k, unsqueeze_dim),
           *_cos_strides(cos), *_cos_strides(sin), int(backward),

@@ -23,7 +23,7 @@ def swiglu_forward(a, b):
     rows = a2.shape[0]
     c = torch.empty((rows, n), dtype=a.dtype, device=a.device)
     config = spec.select_config(n)
-    _fwd(spec.grid(rows, n, config), c, a2, b2, rows, n,
+    _fwd.launch(spec.grid(rows, n, config), c, a2, b2, rows, n,
          row_stride(c), row_stride(a2), row_stride(b2), dtype=a.dtype, config=config)
     return c.view(a.shape), a2, b2
 
@@ -39,7 +39,7 @@ def swiglu_backward(dc, a2, b2):
     if dc2.dtype != a2.dtype:
         dc2 = dc2.to(a2.dtype)
     config = spec.select_config(n)
-    _bwd(spec.grid(rows, n, config), da, db, dc2, a2, b2, rows, n,
+    _bwd.launch(spec.grid(rows, n, config), da, db, dc2, a2, b2, rows, n,
          row_stride(da), row_stride(db), row_stride(dc2), row_stride(a2), row_stride(b2),
          dtype=a2.dtype, config=config)
     return da, db

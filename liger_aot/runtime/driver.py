@@ -17,6 +17,8 @@ import threading
 
 import torch
 
+from liger_aot.kernel_src.spec import HIDDEN_PARAMS
+
 from .errors import LaunchError, LigerAOTError
 
 # One 8-byte slot per parameter; hidden trailing pointers are passed as NULL (their
@@ -140,56 +142,62 @@ class LoadedModule:
         return fn.value
 
 
-_get_device = torch._C._cuda_getDevice
-_get_stream = torch._C._cuda_getCurrentRawStream
+# Hot-path bindings. CPU-only torch builds lack them: fall back to the public API there, so
+# that this module still imports (it never launches anything without a GPU).
+_get_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+_get_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+    lambda device: torch.cuda.current_stream(device).cuda_stream)
 
 
-class Launcher:
-    """Launches one loaded kernel. Called with (grid, values, args): `values` are the launch
-    arguments with tensors already replaced by their data pointers."""
+def Launcher(module: LoadedModule, name: str, type_string: str, num_warps: int,  # noqa: N802
+             warp_size: int, shared: int):
+    """A launch function for one loaded kernel: launch(grid, values, args), where `values`
+    are the launch arguments with tensors already replaced by their data pointers.
 
-    __slots__ = ("name", "_module", "_function", "_device", "_threads", "_shared", "_pack",
-                 "_buffer", "_params", "_launch", "_backend")
+    Everything constant is bound as a closure variable; the hidden trailing parameters are
+    zeroed once in the buffer and never repacked."""
+    a = api()
+    function = module.function(name, shared)
+    device = module.device_index
+    threads = num_warps * warp_size
+    n = len(type_string)
+    visible = type_string[:n - len(HIDDEN_PARAMS)]
+    pack = struct.Struct("<" + "".join(_SLOT_FORMAT[c] for c in visible)).pack_into
+    buffer = ctypes.create_string_buffer(8 * n)  # zero-filled: hidden pointers stay NULL
+    base = ctypes.addressof(buffer)
+    params = (ctypes.c_void_p * n)(*[base + 8 * i for i in range(n)])
+    launch_c = a.launch
+    get_device, get_stream = _get_device, _get_stream
 
-    def __init__(self, module: LoadedModule, name: str, type_string: str, num_warps: int,
-                 warp_size: int, shared: int):
-        a = api()
-        self.name = name
-        self._module = module
-        self._backend = a.backend
-        self._function = module.function(name, shared)
-        self._device = module.device_index
-        self._threads = num_warps * warp_size
-        self._shared = shared
-        self._pack = struct.Struct("<" + "".join(_SLOT_FORMAT[c] for c in type_string)).pack_into
-        n = len(type_string)
-        self._buffer = ctypes.create_string_buffer(8 * n)
-        base = ctypes.addressof(self._buffer)
-        self._params = (ctypes.c_void_p * n)(*[base + 8 * i for i in range(n)])
-        self._launch = a.launch
+    def fail(rc, grid):
+        raise LaunchError(f"liger_aot: launching {name} on grid {tuple(grid)} failed: "
+                          f"error {rc} ({api().error_string(rc)})")
 
-    def __call__(self, grid, values, args):
-        gx = grid[0]
-        gy = grid[1] if len(grid) > 1 else 1
-        gz = grid[2] if len(grid) > 2 else 1
-        if gx == 0 or gy == 0 or gz == 0:
-            return
-        device = self._device
-        if _get_device() != device:
+    def launch(grid, values, args):
+        if get_device() != device:
             with torch.cuda.device(device):
-                return self(grid, values, args)
+                return launch(grid, values, args)
+        k = len(grid)
+        gx = grid[0]
+        gy = grid[1] if k > 1 else 1
+        gz = grid[2] if k > 2 else 1
+        if not (gx and gy and gz):
+            return
         try:
-            self._pack(self._buffer, 0, *values, 0, 0)
+            pack(buffer, 0, *values)
         except struct.error as e:
-            raise LaunchError(f"liger_aot: bad argument for kernel {self.name}: {e} "
+            raise LaunchError(f"liger_aot: bad argument for kernel {name}: {e} "
                               f"(values {values})") from None
-        rc = self._launch(self._function, gx, gy, gz, self._threads, 1, 1, self._shared,
-                          _get_stream(device), self._params, None)
+        rc = launch_c(function, gx, gy, gz, threads, 1, 1, shared, get_stream(device), params,
+                      None)
         if rc:
-            if rc == _CUDA_ERROR_INVALID_CONTEXT and self._backend == "cuda":
-                api().make_context_current(device)  # a thread torch never set up
-                rc = self._launch(self._function, gx, gy, gz, self._threads, 1, 1,
-                                  self._shared, _get_stream(device), self._params, None)
+            if rc == _CUDA_ERROR_INVALID_CONTEXT and a.backend == "cuda":
+                a.make_context_current(device)  # a thread torch never set up
+                rc = launch_c(function, gx, gy, gz, threads, 1, 1, shared, get_stream(device),
+                              params, None)
             if rc:
-                raise LaunchError(f"liger_aot: launching {self.name} on grid {tuple(grid)} "
-                                  f"failed: error {rc} ({api().error_string(rc)})")
+                fail(rc, grid)
+
+    launch.kernel_name = name
+    launch.module = module  # keeps the module (and its image) alive with the launcher
+    return launch

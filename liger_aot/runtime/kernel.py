@@ -24,39 +24,25 @@ TORCH_TO_TRITON = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16:
 
 
 class Kernel:
-    __slots__ = ("spec", "_launchers", "_ptr_slots", "_div_slots", "_lock")
+    """Call as kernel(grid, *args, dtype=, config=, options=()): pointer params take tensors,
+    the rest numbers, in the spec's order; `options` is ((name, value), ...) sorted by name.
+
+    The call path is generated per spec (see _fast_path_source) so it runs no per-parameter
+    loop: fetch data pointers, test alignment with one OR, one dict lookup, launch."""
+
+    __slots__ = ("spec", "_launchers", "_lock", "launch")
 
     def __init__(self, spec: KernelSpec):
         self.spec = spec
         self._launchers = {}
-        self._ptr_slots = tuple(i for i, p in enumerate(spec.params) if p.kind == "ptr")
-        self._div_slots = tuple(i for i, p in enumerate(spec.params)
-                                if p.kind != "ptr" and p.divisible)
         self._lock = threading.Lock()
+        namespace = {"launchers": self._launchers, "resolve": self._resolve,
+                     "interpret": self._interpret}
+        exec(_fast_path_source(spec), namespace)  # noqa: S102 - source built from the spec
+        self.launch = namespace["launch"]
 
     def __call__(self, grid, *args, dtype, config, options=()):
-        """Launch on `grid` (a 1-3 tuple). Pointer params take tensors, the rest numbers.
-        `options` is ((name, value), ...) sorted by name, as in the spec."""
-        first = args[self._ptr_slots[0]]
-        device_index = first.get_device()
-        if device_index < 0:
-            return self._interpret(grid, args, dtype, config, options)
-        values = [a.data_ptr() if i in self._ptr_slots else a for i, a in enumerate(args)]
-        aligned = True
-        for i in self._ptr_slots:
-            if values[i] & 15:
-                aligned = False
-                break
-        if aligned:
-            for i in self._div_slots:
-                if values[i] & 15:
-                    aligned = False
-                    break
-        key = (device_index, dtype, aligned, options, config)
-        launcher = self._launchers.get(key)
-        if launcher is None:
-            launcher = self._resolve(key)
-        launcher(grid, values, args)
+        return self.launch(grid, *args, dtype=dtype, config=config, options=options)
 
     # -- slow path ------------------------------------------------------------------------
     def _resolve(self, key):
@@ -115,6 +101,29 @@ def _interpreted_function(spec):
             "without it. Set TRITON_INTERPRET=1 before anything imports triton, or move the "
             "tensors to a GPU.")
     return fn
+
+
+def _fast_path_source(spec: KernelSpec) -> str:
+    names = [f"a{i}" for i in range(len(spec.params))]
+    ptrs = [i for i, p in enumerate(spec.params) if p.kind == "ptr"]
+    checked = [f"p{i}" for i in ptrs] + [names[i] for i, p in enumerate(spec.params)
+                                         if p.kind != "ptr" and p.divisible]
+    values = [f"p{i}" if i in ptrs else names[i] for i in range(len(names))]
+    lines = [
+        f"def launch(grid, {', '.join(names)}, *, dtype, config, options=()):",
+        f"    device = a{ptrs[0]}.get_device()",
+        "    if device < 0:",
+        f"        return interpret(grid, ({', '.join(names)},), dtype, config, options)",
+    ]
+    lines += [f"    p{i} = a{i}.data_ptr()" for i in ptrs]
+    lines += [
+        f"    key = (device, dtype, not (({' | '.join(checked)}) & 15), options, config)",
+        "    launcher = launchers.get(key)",
+        "    if launcher is None:",
+        "        launcher = resolve(key)",
+        f"    launcher(grid, ({', '.join(values)},), ({', '.join(names)},))",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def _jit_launcher(variant):

@@ -1,0 +1,1 @@
+"""Hugging Face integration: modules, functionals and model patching."""

@@ -69,6 +69,49 @@ class RMSNormFunction(torch.autograd.Function):
         return dx.view(ctx.x_shape), dw, None, None, None
 
 
+# torch.compile path: the same forward/backward as custom ops, so dynamo traces a call as
+# one node (no graph break) and autograd comes from register_autograd. Eager calls use the
+# autograd.Function above, which costs less host time than custom-op dispatch.
+@torch.library.custom_op("liger_aot::rms_norm_fwd", mutates_args=())
+def rms_norm_fwd_op(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float,
+                    casting: int) -> tuple[torch.Tensor, torch.Tensor]:
+    y, _, rstd = rms_norm_forward(x, weight, eps, offset, casting)
+    return y, rstd
+
+
+@rms_norm_fwd_op.register_fake
+def _(x, weight, eps, offset, casting):
+    return torch.empty_like(x), x.new_empty(x.numel() // max(x.shape[-1], 1),
+                                            dtype=torch.float32)
+
+
+@torch.library.custom_op("liger_aot::rms_norm_bwd", mutates_args=())
+def rms_norm_bwd_op(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor,
+                    offset: float, casting: int) -> tuple[torch.Tensor, torch.Tensor]:
+    dx, dw = rms_norm_backward(dy, rows_view("x", x, x.shape[-1]), weight, rstd, offset, casting)
+    return dx.view(x.shape), dw
+
+
+@rms_norm_bwd_op.register_fake
+def _(dy, x, weight, rstd, offset, casting):
+    return torch.empty_like(x), torch.empty_like(weight)
+
+
+def _setup_context(ctx, inputs, output):
+    x, weight, _, offset, casting = inputs
+    ctx.save_for_backward(x, weight, output[1])
+    ctx.offset, ctx.casting = offset, casting
+
+
+def _backward(ctx, dy, _drstd):
+    x, weight, rstd = ctx.saved_tensors
+    dx, dw = rms_norm_bwd_op(dy, x, weight, rstd, ctx.offset, ctx.casting)
+    return dx, dw, None, None, None
+
+
+rms_norm_fwd_op.register_autograd(_backward, setup_context=_setup_context)
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, offset: float = 0.0,
              casting_mode="llama") -> torch.Tensor:
     """RMSNorm over the last dimension of x with weight (n,). casting_mode: llama | gemma |
@@ -81,4 +124,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, offset: f
                          f"dimension, got {tuple(weight.shape)}")
     if not weight.is_contiguous():
         weight = weight.contiguous()
-    return RMSNormFunction.apply(x, weight, eps, offset, _casting(casting_mode))
+    casting = _casting(casting_mode)
+    if torch.compiler.is_compiling():
+        return rms_norm_fwd_op(x, weight, float(eps), float(offset), casting)[0]
+    return RMSNormFunction.apply(x, weight, eps, offset, casting)

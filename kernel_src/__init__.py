@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import importlib
 
-FAMILIES = ("rms_norm", "rope", "swiglu", "cross_entropy")
+FAMILIES = ("rms_norm", "layer_norm", "group_norm", "poly_norm", "dyt", "rope", "llama4_rope",
+            "swiglu", "relu_squared", "softmax", "sparsemax", "cross_entropy", "kl_div", "jsd",
+            "tvd")
 
 
 def family_spec_module(family: str):

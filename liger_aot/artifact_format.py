@@ -35,4 +35,7 @@ def validate_manifest(manifest, arch: str) -> str | None:
                 f"{abi!r}); this loader supports {', '.join(sorted(SUPPORTED_LAUNCH_ABIS))}")
     if not isinstance(manifest.get("variants"), dict):
         return "manifest has no variants table"
+    for name, entry in manifest["variants"].items():
+        if not isinstance(entry, dict):
+            return f"manifest entry for {name} is not a table"
     return None

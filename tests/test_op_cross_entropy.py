@@ -8,9 +8,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from liger_aot.ops.cross_entropy import cross_entropy
+import liger_aot.ops.cross_entropy as ce_module
+from liger_aot.kernel_src.cross_entropy import spec as ce_spec
+from liger_aot.ops.cross_entropy import (CrossEntropyOutput, cross_entropy,
+                                         cross_entropy_fwd_op, liger_cross_entropy)
+from liger_aot.transformers.losses_ce import LigerCrossEntropyLoss
 
-TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
+TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-2}
 DTYPES = [torch.float32, torch.bfloat16]
 
 
@@ -19,16 +23,39 @@ def rel_err(out, ref):
     return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
-def check(logits, target, reduction="mean", label_smoothing=0.0, ignore_index=-100):
+def reference(x, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0,
+              lse_square_scale=0.0, softcap=None):
+    """Float64 reference: F.cross_entropy on the soft-capped logits plus Liger's z-loss
+    (unweighted; "mean" divides it by the non-ignored count). Returns (loss, z_loss)."""
+    x = x.double()
+    if softcap is not None:
+        x = softcap * torch.tanh(x / softcap)
+    loss = F.cross_entropy(x, target, weight=None if weight is None else weight.double(),
+                           ignore_index=ignore_index, reduction=reduction,
+                           label_smoothing=label_smoothing)
+    valid = target != ignore_index
+    z_rows = lse_square_scale * torch.logsumexp(x, -1) ** 2 * valid
+    if reduction == "none":
+        z = z_rows
+    elif reduction == "sum":
+        z = z_rows.sum()
+    else:
+        z = z_rows.sum() / valid.sum()
+    return loss + z, z
+
+
+def check(logits, target, reduction="mean", label_smoothing=0.0, ignore_index=-100,
+          weight=None, lse_square_scale=0.0, softcap=None, fn=cross_entropy):
     """Loss and gradient against float64 PyTorch; loss must come back as float32."""
     dtype = logits.dtype
     x = logits.detach().requires_grad_()
-    loss = cross_entropy(x, target, ignore_index=ignore_index, reduction=reduction,
-                         label_smoothing=label_smoothing)
+    loss = fn(x, target, ignore_index=ignore_index, reduction=reduction,
+              label_smoothing=label_smoothing, weight=weight,
+              lse_square_scale=lse_square_scale, softcap=softcap)
     assert loss.dtype == torch.float32
     x64 = logits.detach().double().requires_grad_()
-    ref = F.cross_entropy(x64, target, ignore_index=ignore_index, reduction=reduction,
-                          label_smoothing=label_smoothing)
+    ref, _ = reference(x64, target, weight, ignore_index, reduction, label_smoothing,
+                       lse_square_scale, softcap)
     assert loss.shape == ref.shape
     # the loss is computed in fp32 from the given logits, whatever their dtype
     assert rel_err(loss, ref) < 1e-5
@@ -48,6 +75,11 @@ def make(n_rows, vocab, dtype, seed=0, n_ignored=2, ignore_index=-100):
     return logits, target
 
 
+def class_weight(vocab, seed=0):
+    torch.manual_seed(seed + 100)
+    return torch.rand(vocab) + 0.25
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("vocab", [1000, 3001])
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
@@ -63,6 +95,49 @@ def test_cross_entropy_label_smoothing(reduction, dtype):
     check(logits, target, reduction, label_smoothing=0.1)
 
 
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.2])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_class_weights(reduction, label_smoothing):
+    # weighted mean divides by the sum of the weights of the non-ignored targets (PyTorch)
+    logits, target = make(7, 777, torch.float32, seed=2)
+    check(logits, target, reduction, label_smoothing, weight=class_weight(777))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_z_loss(reduction):
+    logits, target = make(6, 1000, torch.float32, seed=3)
+    check(logits, target, reduction, lse_square_scale=1e-2)
+    x = logits.clone().requires_grad_()
+    loss, z = cross_entropy(x, target, reduction=reduction, lse_square_scale=1e-2,
+                            return_z_loss=True)
+    ref_loss, ref_z = reference(logits, target, reduction=reduction, lse_square_scale=1e-2)
+    assert rel_err(loss, ref_loss) < 1e-5 and rel_err(z, ref_z) < 1e-5
+    assert loss.requires_grad and not z.requires_grad  # z-loss is for logging
+
+
+def test_cross_entropy_return_z_loss_without_scale():
+    logits, target = make(4, 100, torch.float32)
+    loss, z = cross_entropy(logits, target, return_z_loss=True)
+    assert torch.equal(z, torch.zeros(()))
+    assert rel_err(loss, F.cross_entropy(logits.double(), target)) < 1e-5
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_cross_entropy_softcap(reduction, dtype):
+    logits, target = make(5, 3001, dtype, seed=4)
+    logits[0, :7] = torch.tensor([0.0, 1e-3, -2e-2, 0.1, -0.3, 60.0, -200.0]).to(dtype)
+    check(logits, target, reduction, softcap=5.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_every_option(reduction, dtype):
+    logits, target = make(6, 2500, dtype, seed=5, ignore_index=7)
+    check(logits, target, reduction, label_smoothing=0.1, ignore_index=7,
+          weight=class_weight(2500, 1), lse_square_scale=1e-3, softcap=8.0)
+
+
 def test_cross_entropy_multi_chunk_rows():
     # vocab 9000 spans many BLOCK_V chunks and a partial last one; the row maximum sits in a
     # late chunk, so the running max and the rescaled sums must be right
@@ -70,6 +145,15 @@ def test_cross_entropy_multi_chunk_rows():
     logits[:, 8500] += 30.0
     target[0] = 8500
     check(logits, target, "mean", label_smoothing=0.05)
+
+
+def test_cross_entropy_one_warp_config_multi_chunk(monkeypatch):
+    # few rows pick the wide config; force the one-warp config on a multi-chunk vocab
+    monkeypatch.setattr(ce_spec, "WIDE_ROWS_PER_SM", 0)
+    assert ce_spec.select_config(3, 5000, 4) is ce_spec.ROW_CONFIG
+    logits, target = make(3, 5000, torch.bfloat16, seed=6, n_ignored=1)
+    check(logits, target, "mean", label_smoothing=0.1, weight=class_weight(5000),
+          softcap=10.0, lse_square_scale=1e-3)
 
 
 def test_cross_entropy_small_vocab_and_custom_ignore_index():
@@ -83,6 +167,12 @@ def test_cross_entropy_all_ignored():
     loss = cross_entropy(x, target)
     ref = F.cross_entropy(logits, target)
     assert math.isnan(loss.item()) and math.isnan(ref.item())
+    loss.backward()
+    assert torch.count_nonzero(x.grad) == 0
+    x.grad = None
+    loss = cross_entropy(x, target, weight=class_weight(100), label_smoothing=0.1,
+                         lse_square_scale=0.1)
+    assert math.isnan(loss.item())
     loss.backward()
     assert torch.count_nonzero(x.grad) == 0
     for reduction in ("sum", "none"):
@@ -108,6 +198,7 @@ def test_cross_entropy_transposed_and_strided_target():
     logits = torch.randn(300, 6).t()  # last dim not contiguous: copied
     target = torch.randint(0, 300, (12,))[::2]
     check(logits, target, "sum")
+    check(logits, target, "mean", weight=class_weight(300), softcap=3.0)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -118,19 +209,19 @@ def test_cross_entropy_misaligned(dtype):
     target = torch.randint(0, vocab, (n_rows + 1,))[1:]
     assert logits.data_ptr() % 16 != 0 and target.data_ptr() % 16 != 0
     check(logits, target, "mean", label_smoothing=0.1)
+    weight = torch.rand(vocab + 1)[1:] + 0.5
+    check(logits, target, "mean", label_smoothing=0.1, weight=weight)
 
 
 def test_cross_entropy_no_grad_and_retain_graph(monkeypatch):
-    import liger_aot.ops.cross_entropy as module
-
     seen = []
-    forward = module.cross_entropy_forward
+    forward = ce_module.cross_entropy_forward
 
     def spy(*args):
-        seen.append(args[-1])
+        seen.append(args[10])  # need_grad
         return forward(*args)
 
-    monkeypatch.setattr(module, "cross_entropy_forward", spy)
+    monkeypatch.setattr(ce_module, "cross_entropy_forward", spy)
     logits, target = make(4, 500, torch.float32)
     with torch.no_grad():
         loss = cross_entropy(logits.requires_grad_(), target)
@@ -139,10 +230,89 @@ def test_cross_entropy_no_grad_and_retain_graph(monkeypatch):
     assert rel_err(loss, F.cross_entropy(logits.double(), target)) < 1e-5
     x = logits.detach().requires_grad_()
     loss = cross_entropy(x, target)
-    loss.backward(retain_graph=True)
+    loss.backward(retain_graph=True)  # the stored gradient must survive this one
     first = x.grad.clone()
+    loss.backward(torch.tensor(3.0))
+    assert torch.allclose(x.grad, 4 * first)
+
+
+def test_cross_entropy_backward_scales_in_place_without_retain():
+    logits, target = make(4, 300, torch.float32)
+    x = logits.clone().requires_grad_()
+    loss = cross_entropy(x, target, reduction="none")
+    g = torch.rand(4) + 0.5
+    loss.backward(g)
+    x64 = logits.double().requires_grad_()
+    F.cross_entropy(x64, target, reduction="none").backward(g.double())
+    assert rel_err(x.grad, x64.grad) < 1e-5
+
+
+def test_cross_entropy_in_place():
+    logits, target = make(5, 400, torch.float32, seed=7)
+    w = torch.randn(400, 400) / 20
+    h = logits @ torch.linalg.inv(w)  # logits = h @ w, a non-leaf whose values mm won't need
+    h.requires_grad_()
+    ref_h = h.detach().clone().requires_grad_()
+    F.cross_entropy((ref_h @ w).double(), target, label_smoothing=0.1).backward()
+    y = h @ w
+    ref_loss = F.cross_entropy(y.detach().double(), target, label_smoothing=0.1)
+    loss = cross_entropy(y, target, label_smoothing=0.1, in_place=True)
+    assert rel_err(loss, ref_loss) < 1e-5  # every logit is read before it is overwritten
     loss.backward()
-    assert torch.allclose(x.grad, 2 * first)
+    assert rel_err(h.grad, ref_h.grad) < 1e-5
+    # the logits buffer now holds d loss / d logits
+    y64 = (ref_h.detach() @ w).double().requires_grad_()
+    F.cross_entropy(y64, target, label_smoothing=0.1).backward()
+    assert rel_err(y.detach(), y64.grad) < 1e-5
+
+
+def test_cross_entropy_in_place_ignored_for_leaf():
+    logits, target = make(4, 300, torch.float32)
+    x = logits.clone().requires_grad_()
+    cross_entropy(x, target, in_place=True).backward()
+    assert torch.equal(x.detach(), logits)  # a leaf (the caller's data) is never overwritten
+
+
+def test_cross_entropy_in_place_detects_saved_logits():
+    # exp saves its output for backward: overwriting it would give a wrong gradient, so the
+    # kernel bumps the version counter and autograd refuses
+    logits, target = make(4, 300, torch.float32)
+    h = (logits / 8).requires_grad_()
+    y = h.exp()
+    loss = cross_entropy(y, target, in_place=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_token_accuracy(reduction):
+    logits, target = make(9, 700, torch.float32, seed=8, n_ignored=2)
+    argmax = logits.argmax(-1)
+    valid = target != -100
+    target[valid.nonzero()[:3, 0]] = argmax[valid][:3]  # some hits
+    logits[0, 650] = logits[0].max()  # a tie: torch.argmax takes the first index
+    target[0] = 650
+    logits[1, 0] = logits[1].max()  # a tie won by the target
+    target[1] = 0
+    valid = target != -100
+    assert 0 < ((logits.argmax(-1) == target) & valid).sum() < valid.sum()
+    out = cross_entropy(logits, target, reduction=reduction, return_token_accuracy=True,
+                        lse_square_scale=1e-3)
+    assert isinstance(out, CrossEntropyOutput)
+    hits = ((logits.argmax(-1) == target) & valid).float()
+    ref_acc = hits if reduction == "none" else hits.sum() / valid.sum()
+    assert torch.allclose(out.token_accuracy, ref_acc)
+    ref_loss, ref_z = reference(logits, target, reduction=reduction, lse_square_scale=1e-3)
+    assert rel_err(out.loss, ref_loss) < 1e-5
+    assert out.z_loss is None
+    out = cross_entropy(logits, target, reduction=reduction, return_token_accuracy=True,
+                        return_z_loss=True, lse_square_scale=1e-3, softcap=4.0)
+    capped = 4.0 * torch.tanh(logits.double() / 4.0)
+    hits = ((capped.argmax(-1) == target) & valid).float()
+    ref_acc = hits if reduction == "none" else hits.sum() / valid.sum()
+    assert torch.allclose(out.token_accuracy, ref_acc.float())
+    assert rel_err(out.z_loss, reference(logits, target, reduction=reduction,
+                                         lse_square_scale=1e-3, softcap=4.0)[1]) < 1e-5
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
@@ -158,6 +328,85 @@ def test_cross_entropy_empty(reduction):
         assert torch.equal(loss, ref)
     loss.sum().backward()
     assert x.grad.shape == x.shape
+    out = cross_entropy(x, target, reduction=reduction, weight=torch.ones(100),
+                        lse_square_scale=0.1, return_token_accuracy=True, return_z_loss=True)
+    assert out.loss.shape == ref.shape and out.z_loss.shape == ref.shape
+
+
+def test_liger_cross_entropy_signature():
+    logits, target = make(6, 500, torch.float32, seed=9)
+    weight = class_weight(500)
+    x = logits.clone().requires_grad_()
+    # Liger-Kernel's positional order: input, target, weight, size_average, ignore_index, ...
+    loss = liger_cross_entropy(x, target, weight, None, -100, None, "sum", 0.1, 1e-3, 6.0)
+    ref, _ = reference(logits, target, weight, -100, "sum", 0.1, 1e-3, 6.0)
+    assert rel_err(loss, ref) < 1e-5
+    loss, z = liger_cross_entropy(logits, target, return_z_loss=True, lse_square_scale=1e-2)
+    assert rel_err(z, reference(logits, target, lse_square_scale=1e-2)[1]) < 1e-5
+    with pytest.warns(UserWarning):  # PyTorch's deprecated size_average/reduce
+        loss = liger_cross_entropy(logits, target, size_average=False)
+    assert rel_err(loss, F.cross_entropy(logits.double(), target, reduction="sum")) < 1e-5
+
+
+def test_liger_cross_entropy_loss_module():
+    logits, target = make(6, 500, torch.float32, seed=10, ignore_index=3)
+    weight = class_weight(500)
+    module = LigerCrossEntropyLoss(weight=weight, ignore_index=3, lse_square_scale=1e-3,
+                                   label_smoothing=0.1, reduction="mean", softcap=7.0)
+    assert "weight" not in module.state_dict()
+    x = logits.clone().requires_grad_()
+    loss = module(x, target)
+    x64 = logits.double().requires_grad_()
+    ref, _ = reference(x64, target, weight, 3, "mean", 0.1, 1e-3, 7.0)
+    assert rel_err(loss, ref) < 1e-5
+    loss.backward()
+    ref.backward()
+    assert rel_err(x.grad, x64.grad) < 1e-5
+    assert rel_err(LigerCrossEntropyLoss()(logits, target.clamp(min=0)),
+                   F.cross_entropy(logits.double(), target.clamp(min=0))) < 1e-5
+    loss, z = LigerCrossEntropyLoss(return_z_loss=True, lse_square_scale=1e-2)(logits, target)
+    assert isinstance(LigerCrossEntropyLoss(return_token_accuracy=True)(logits, target),
+                      CrossEntropyOutput)
+    with pytest.raises(ValueError, match="label_smoothing must be in"):
+        LigerCrossEntropyLoss(label_smoothing=-0.1)
+    with pytest.raises(ValueError, match="reduction must be one of"):
+        LigerCrossEntropyLoss(reduction="batchmean")
+    with pytest.raises(ValueError, match="softcap must be None or"):
+        LigerCrossEntropyLoss(softcap=0.0)
+
+
+def test_cross_entropy_compile_matches_eager():
+    logits, target = make(5, 600, torch.float32, seed=11)
+    weight = class_weight(600)
+
+    def fn(x, t, w):
+        out = cross_entropy(x, t, weight=w, label_smoothing=0.1, lse_square_scale=1e-3,
+                            softcap=5.0, return_token_accuracy=True, return_z_loss=True)
+        loss_none = cross_entropy(x * 2, t, reduction="none")
+        return out.loss + 0.01 * loss_none.sum(), out.z_loss, out.token_accuracy
+
+    x_e = logits.clone().requires_grad_()
+    x_c = logits.clone().requires_grad_()
+    eager = fn(x_e, target, weight)
+    compiled = torch.compile(fn, fullgraph=True, backend="aot_eager")(x_c, target, weight)
+    for a, b in zip(eager, compiled):
+        assert torch.allclose(a, b, rtol=1e-6, atol=1e-7)
+    eager[0].backward()
+    compiled[0].backward()
+    assert torch.allclose(x_e.grad, x_c.grad, rtol=1e-6, atol=1e-9)
+
+
+def test_cross_entropy_opcheck():
+    logits, target = make(4, 50, torch.float32, seed=12)
+    x = logits.requires_grad_()
+    weight = class_weight(50)
+    torch.library.opcheck(cross_entropy_fwd_op,
+                          (x, target, None, -100, "mean", 0.0, 0.0, 0.0, False, False, True))
+    torch.library.opcheck(cross_entropy_fwd_op,
+                          (x, target, weight, -100, "none", 0.1, 1e-2, 4.0, True, True, True))
+    torch.library.opcheck(cross_entropy_fwd_op,
+                          (x.detach(), target, None, 3, "sum", 0.0, 0.0, 0.0, True, False,
+                           False))
 
 
 def test_cross_entropy_bad_inputs():
@@ -180,3 +429,45 @@ def test_cross_entropy_bad_inputs():
         cross_entropy(logits, target, label_smoothing=1.5)
     with pytest.raises(ValueError, match="at least one class"):
         cross_entropy(torch.randn(4, 0), target)
+    with pytest.raises(ValueError, match=r"weight must have shape \(10,\)"):
+        cross_entropy(logits, target, weight=torch.ones(9))
+    with pytest.raises(TypeError, match="weight must be a floating point tensor"):
+        cross_entropy(logits, target, weight=torch.ones(10, dtype=torch.long))
+    with pytest.raises(TypeError, match="weight must be a torch.Tensor"):
+        cross_entropy(logits, target, weight=[1.0] * 10)
+    with pytest.raises(ValueError, match="one device"):
+        cross_entropy(logits, target, weight=torch.ones(10, device="meta"))
+    with pytest.raises(ValueError, match="softcap must be None or a finite number > 0"):
+        cross_entropy(logits, target, softcap=-1.0)
+    with pytest.raises(ValueError, match="lse_square_scale must be finite"):
+        cross_entropy(logits, target, lse_square_scale=float("nan"))
+    with pytest.raises(TypeError, match="return_z_loss must be a bool"):
+        cross_entropy(logits, target, return_z_loss=1)
+    with pytest.raises(TypeError, match="ignore_index must be an int"):
+        cross_entropy(logits, target, ignore_index=1.5)
+
+
+# --- GPU (pytest -m gpu): 64-bit offsets at full size --------------------------------------
+
+@pytest.mark.gpu
+def test_cross_entropy_64bit_offsets_gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    n_rows, vocab = 16384, 262144  # 2^32 logits: row * V overflows int32
+    torch.manual_seed(0)
+    logits = torch.empty(n_rows, vocab, dtype=torch.bfloat16, device="cuda")
+    logits.normal_(0, 2)
+    target = torch.randint(0, vocab, (n_rows,), device="cuda")
+    target[::7] = -100
+    rows = torch.tensor([0, 1, 8191, 8192, 16382, 16383], device="cuda")
+    sample = logits[rows].double()
+    y = logits.clone().requires_grad_()
+    z = y * 1  # a non-leaf: the gradient goes into its buffer
+    loss = cross_entropy(z, target, reduction="sum", label_smoothing=0.1, in_place=True)
+    loss.backward()
+    s = sample.requires_grad_()
+    F.cross_entropy(s, target[rows], reduction="sum", label_smoothing=0.1).backward()
+    assert rel_err(y.grad[rows], s.grad) < 2e-2
+    per_row = cross_entropy(logits, target, reduction="none")
+    ref = F.cross_entropy(sample, target[rows], reduction="none", label_smoothing=0.0)
+    assert rel_err(per_row[rows], ref) < 1e-5

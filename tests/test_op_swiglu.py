@@ -104,3 +104,78 @@ def test_swiglu_bad_inputs():
         swiglu(a, torch.randn(4, 8, device="meta"))
     with pytest.raises(ValueError, match="at least one dimension"):
         swiglu(torch.tensor(1.0), torch.tensor(2.0))
+
+
+def test_swiglu_torch_compile_matches_eager():
+    torch.manual_seed(5)
+    x = torch.randn(3, 5, 2 * 40)
+
+    def f(x):
+        a, b = x.chunk(2, dim=-1)  # strided halves, as Phi-3's gate_up_proj
+        return swiglu(a, b) * 2.0
+
+    results = []
+    for fn in (f, torch.compile(f, fullgraph=True, backend="aot_eager")):
+        xl = x.detach().requires_grad_()
+        c = fn(xl)
+        c.backward(torch.randn(c.shape, generator=torch.Generator().manual_seed(0)))
+        results.append((c, xl.grad))
+    for eager, compiled in zip(*results):
+        assert torch.equal(eager, compiled)
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("act", [0, 1])
+def test_glu_opcheck(act):
+    from liger_aot.ops.swiglu import glu_bwd_op, glu_fwd_op
+
+    a = torch.randn(3, 20, requires_grad=True)
+    b = torch.randn(3, 20, requires_grad=True)
+    torch.library.opcheck(glu_fwd_op, (a, b, act))
+    torch.library.opcheck(glu_bwd_op, (torch.randn(3, 20), a.detach(), b.detach(), act))
+
+
+class _Config:
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def _mlp_reference(module, x, names):
+    gate, up, down = (getattr(module, n) for n in names)
+    return down(F.silu(gate(x)) * up(x))
+
+
+@pytest.mark.parametrize("cls,names", [
+    ("LigerSwiGLUMLP", ("gate_proj", "up_proj", "down_proj")),
+    ("LigerBlockSparseTop2MLP", ("w1", "w3", "w2")),
+    ("LigerQwen3MoeSwiGLUMLP", ("gate_proj", "up_proj", "down_proj")),
+])
+def test_swiglu_mlp_modules(cls, names):
+    from liger_aot.transformers import activations
+
+    torch.manual_seed(6)
+    config = _Config(hidden_size=24, intermediate_size=40, hidden_act="silu")
+    module = getattr(activations, cls)(config)
+    x = torch.randn(2, 3, 24, requires_grad=True)
+    y = module(x)
+    y.sum().backward()
+    grad = x.grad.clone()
+    x.grad = None
+    ref = _mlp_reference(module, x, names)
+    ref.sum().backward()
+    assert rel_err(y, ref) < 1e-5 and rel_err(grad, x.grad) < 1e-5
+    with pytest.raises(ValueError, match="not supported"):
+        getattr(activations, cls)(_Config(hidden_size=8, intermediate_size=8, hidden_act="gelu"))
+
+
+def test_swiglu_mlp_module_variants():
+    from liger_aot.transformers.activations import LigerPhi3SwiGLUMLP, LigerQwen3MoeSwiGLUMLP
+
+    torch.manual_seed(7)
+    config = _Config(hidden_size=16, intermediate_size=24, hidden_act="swish")
+    assert LigerQwen3MoeSwiGLUMLP(config, intermediate_size=8).up_proj.out_features == 8
+    phi3 = LigerPhi3SwiGLUMLP(config)
+    assert phi3.gate_up_proj.out_features == 48
+    x = torch.randn(5, 16)
+    gate, up = phi3.gate_up_proj(x).chunk(2, dim=-1)
+    assert rel_err(phi3(x), phi3.down_proj(F.silu(gate) * up)) < 1e-5

@@ -1,26 +1,54 @@
-"""Variant spec for cross entropy: see kernels.py for the math."""
+"""Variant spec for cross entropy: see kernels.py for the math. Also used by fused linear
+cross entropy (liger_aot/ops/fused_linear_cross_entropy.py), which runs the same kernel in
+place on chunks of logits."""
 from ..spec import Config, KernelSpec, Param
+
+# Bits of the kernel's runtime `flags` argument.
+FLAG_GRAD = 1  # write the gradient to GRAD
+FLAG_MEAN = 2  # scale the gradient by SCALES[0] (ce part) and SCALES[1] (z-loss part)
+FLAG_WEIGHT = 4  # class weights in WEIGHT (fp32, length V), their sum in SCALES[2]
+FLAG_SOFTCAP = 8  # x = softcap * tanh(x / softcap) before the softmax
+FLAG_Z = 16  # store the per-row z-loss to ZLOSS
+FLAG_ACCURACY = 32  # store 1.0 / 0.0 (argmax == target) to ACC
+FLAG_TOKEN_SCALING = 64  # multiply the row's loss and gradient by its detached p_target
+FLAG_ROW_SCALE = 128  # multiply the row's gradient by ROW_SCALE[row] (grad_output of "none")
+# FLAG_WEIGHT, FLAG_SOFTCAP, FLAG_ACCURACY and FLAG_TOKEN_SCALING only act in the FEATURES=1
+# variants (see kernels.py: their code costs registers, so the plain case compiles it out).
+FULL_FEATURE_FLAGS = FLAG_WEIGHT | FLAG_SOFTCAP | FLAG_ACCURACY | FLAG_TOKEN_SCALING
 
 # One row per program, streamed in BLOCK_V chunks. Measured on an H200 (bf16, vocab 3001 to
 # 262144, loss + grad, JIT of this kernel): one warp per row, 512 columns a step (16 elements
 # per thread; the per-chunk max is a warp shuffle, no shared memory or barrier) ran at
 # 3.2-3.9 TB/s; 1024-8192 columns on 2-16 warps at 3.0-3.7, 128-256 on one warp at 2.4-3.3.
-CONFIGS = (Config({"BLOCK_V": 512}, num_warps=1),)
+# With few rows (fused linear cross entropy runs a few hundred rows of a large vocab at a
+# time) one warp per row leaves most of the GPU idle, so four warps share a row there.
+ROW_CONFIG = Config({"BLOCK_V": 512}, num_warps=1)
+WIDE_CONFIG = Config({"BLOCK_V": 2048}, num_warps=4)
+CONFIGS = (ROW_CONFIG, WIDE_CONFIG)
+
+# Below this many rows per multiprocessor a row gets four warps (when it is long enough).
+WIDE_ROWS_PER_SM = 16
 
 
-def select_config(n_cols: int) -> Config:
-    return CONFIGS[0]
+def select_config(n_rows: int, n_cols: int, sm_count: int) -> Config:
+    if n_cols > 2048 and n_rows < WIDE_ROWS_PER_SM * sm_count:
+        return WIDE_CONFIG
+    return ROW_CONFIG
 
 
 FWD = KernelSpec(
     name="cross_entropy_fwd", family="cross_entropy", function="cross_entropy_fwd",
-    params=(Param("LOSS", "ptr", dtype="fp32"), Param("GRAD", "ptr"), Param("LOGITS", "ptr"),
-            Param("TARGET", "ptr", dtype="i64"), Param("N_VALID", "ptr", dtype="i64"),
+    params=(Param("LOSS", "ptr", dtype="fp32"), Param("ZLOSS", "ptr", dtype="fp32"),
+            Param("ACC", "ptr", dtype="fp32"), Param("GRAD", "ptr"), Param("LOGITS", "ptr"),
+            Param("TARGET", "ptr", dtype="i64"), Param("WEIGHT", "ptr", dtype="fp32"),
+            Param("SCALES", "ptr", dtype="fp32"), Param("ROW_SCALE", "ptr", dtype="fp32"),
             Param("n_cols", "i32", divisible=True),
             Param("stride_grad", "i64", divisible=True),
             Param("stride_logits", "i64", divisible=True),
             Param("ignore_index", "i64"), Param("label_smoothing", "fp32"),
-            Param("has_grad", "i32"), Param("mean", "i32")),
+            Param("lse_square_scale", "fp32"), Param("softcap", "fp32"),
+            Param("flags", "i32")),
+    options={"FEATURES": (0, 1)},
     configs=CONFIGS, rule=select_config,
 )
 

@@ -1,34 +1,66 @@
-"""RMSNorm forward and backward.
+"""RMSNorm forward and backward, with an optional fused residual add.
 
-y = (x * rstd) * (offset + w),  rstd = 1 / sqrt(mean(x^2) + eps)
+y = (s * rstd) * (offset + w),  rstd = 1 / sqrt(mean(s^2) + eps)
+s = x                          (plain RMSNorm, has_residual = 0)
+s = x + r, also stored to S    (fused residual add, has_residual = 1)
 
 A program handles BLOCK_M rows of BLOCK_N columns. When a row fits in BLOCK_N it stays in
 registers (one read of x); longer rows loop over BLOCK_N chunks (two reads of x, the second
 mostly from L2). Casting modes follow Liger-Kernel: 0 llama (normalize in fp32, cast to the
 input dtype, then multiply by the weight), 1 gemma (everything in fp32), 2 none (input dtype).
+
+The residual add and the residual gradient are runtime flags (a uniform branch, no extra
+variants). The widest whole-row configs (16K columns forward, 8K backward) have the residual
+path compiled out to stay within registers; the op sends fused calls of rows over 8K (forward)
+or 4K (backward) columns to the looped config.
+
+Backward: dx = rstd * (dy*w' - s*rstd^2*mean(dy*w'*s)) (+ dres, the gradient of the residual
+output, when has_dres). DX may be DY's own buffer (in-place backward): every element of dy is
+read before the same thread writes dx at that element.
 """
 import triton
 import triton.language as tl
 
 
 @triton.jit
-def _normalize(x, w, rstd, offset, CASTING: tl.constexpr):
-    # Arithmetic stays in fp32; casts to x.dtype only reproduce each mode's rounding points
+def _round(v, P):
+    """v (fp32) rounded to P's element type and back: reproduces a cast point exactly."""
+    return v.to(P.dtype.element_ty).to(tl.float32)
+
+
+@triton.jit
+def _normalize(xf, w, rstd, offset, Y, CASTING: tl.constexpr):
+    # Arithmetic stays in fp32; rounding to Y's dtype only reproduces each mode's cast points
     # (a bf16 product of two bf16 values is the fp32 product rounded once, so this matches).
-    xf = x.to(tl.float32)
     if CASTING == 0:
-        xhat = (xf * rstd).to(x.dtype).to(tl.float32)
-        y = xhat * (w.to(tl.float32) + offset).to(x.dtype).to(tl.float32)
+        y = _round(xf * rstd, Y) * _round(w.to(tl.float32) + offset, Y)
     elif CASTING == 1:
         y = xf * rstd * (w.to(tl.float32) + offset)
     else:
-        xhat = (xf * rstd.to(x.dtype).to(tl.float32)).to(x.dtype).to(tl.float32)
-        y = xhat * (w.to(tl.float32) + offset).to(x.dtype).to(tl.float32)
+        y = _round(xf * _round(rstd, Y), Y) * _round(w.to(tl.float32) + offset, Y)
     return y
 
 
 @triton.jit
+def _load_sum(x_ptrs, r_ptrs, s_ptrs, mask, has_residual, STORE: tl.constexpr,
+              RESIDUAL: tl.constexpr):
+    """x as fp32; with has_residual, s = x + r rounded to the data dtype (and stored to S
+    when STORE). The branch merges values in the data dtype (half the registers of fp32 for
+    bf16/fp16). RESIDUAL=False compiles the residual path out. Tensors of every pointer share
+    one layout."""
+    x = tl.load(x_ptrs, mask=mask, other=0.0)
+    if RESIDUAL:
+        if has_residual != 0:
+            r = tl.load(r_ptrs, mask=mask, other=0.0)
+            x = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype)
+            if STORE:
+                tl.store(s_ptrs, x, mask=mask)
+    return x.to(tl.float32)
+
+
+@triton.jit
 def rms_norm_fwd(Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, offset,
+                 S, R, stride_s, stride_r, has_residual,
                  CASTING: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  LOOP: tl.constexpr):
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -36,38 +68,45 @@ def rms_norm_fwd(Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, offset,
     cols = tl.arange(0, BLOCK_N)
     x_row = X + rows[:, None] * stride_x
     y_row = Y + rows[:, None] * stride_y
+    s_row = S + rows[:, None] * stride_s
+    r_row = R + rows[:, None] * stride_r
     if not LOOP:
-        mask = row_mask[:, None] & (cols[None, :] < n_cols)
-        x = tl.load(x_row + cols[None, :], mask=mask, other=0.0)
-        xf = x.to(tl.float32)
+        c = cols[None, :]
+        mask = row_mask[:, None] & (c < n_cols)
+        # the widest whole-row config has no registers to spare: no residual path there
+        # (spec.select_config sends fused calls of longer rows to the looped config)
+        xf = _load_sum(x_row + c, r_row + c, s_row + c, mask, has_residual, True,
+                       BLOCK_N <= 8192)
         rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, axis=1) / n_cols + eps)
         w = tl.load(W + cols, mask=cols < n_cols, other=0.0)
-        y = _normalize(x, w[None, :], rstd[:, None], offset, CASTING)
-        tl.store(y_row + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+        y = _normalize(xf, w[None, :], rstd[:, None], offset, Y, CASTING)
+        tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         for start in range(0, n_cols, BLOCK_N):
-            c = start + cols
-            mask = row_mask[:, None] & (c[None, :] < n_cols)
-            xf = tl.load(x_row + c[None, :], mask=mask, other=0.0).to(tl.float32)
+            c = (start + cols)[None, :]
+            mask = row_mask[:, None] & (c < n_cols)
+            xf = _load_sum(x_row + c, r_row + c, s_row + c, mask, has_residual, True, True)
             acc += xf * xf
         rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=1) / n_cols + eps)
         for start in range(0, n_cols, BLOCK_N):
-            c = start + cols
-            mask = row_mask[:, None] & (c[None, :] < n_cols)
-            x = tl.load(x_row + c[None, :], mask=mask, other=0.0)
-            w = tl.load(W + c, mask=c < n_cols, other=0.0)
-            y = _normalize(x, w[None, :], rstd[:, None], offset, CASTING)
-            tl.store(y_row + c[None, :], y.to(Y.dtype.element_ty), mask=mask)
+            c1 = start + cols
+            c = c1[None, :]
+            mask = row_mask[:, None] & (c < n_cols)
+            # recomputes s = x + r (same rounding) rather than reading S back
+            xf = _load_sum(x_row + c, r_row + c, s_row + c, mask, has_residual, False, True)
+            w = tl.load(W + c1, mask=c1 < n_cols, other=0.0)
+            y = _normalize(xf, w[None, :], rstd[:, None], offset, Y, CASTING)
+            tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
     tl.store(RSTD + rows, rstd, mask=row_mask)
 
 
 @triton.jit
 def rms_norm_bwd(DX, DW_PARTIAL, DY, X, W, RSTD, n_rows, n_cols, stride_dx, stride_dy,
-                 stride_x, offset, rows_per_program,
+                 stride_x, offset, rows_per_program, DRES, stride_dres, has_dres,
                  CASTING: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  LOOP: tl.constexpr):
-    """dx = rstd * (dy*w' - xhat * mean(dy*w'*xhat)), w' = offset + w.
+    """dx = rstd * (dy*w' - xhat * mean(dy*w'*xhat)) [+ dres], w' = offset + w.
     Each program owns rows_per_program consecutive rows and writes its fp32 partial of
     dw = sum(dy * xhat) to DW_PARTIAL[pid, :]; the host side sums the partials."""
     pid = tl.program_id(0)
@@ -82,11 +121,12 @@ def rms_norm_bwd(DX, DW_PARTIAL, DY, X, W, RSTD, n_rows, n_cols, stride_dx, stri
         for step in range(0, rows_per_program, BLOCK_M):
             rows = first + step + tl.arange(0, BLOCK_M)
             mask = (rows < last)[:, None] & col_mask[None, :]
-            x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0)
-            dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0)
+            c = cols[None, :]
+            x = tl.load(X + rows[:, None] * stride_x + c, mask=mask, other=0.0)
+            dyf = tl.load(DY + rows[:, None] * stride_dy + c, mask=mask, other=0.0
+                          ).to(tl.float32)
             rstd = tl.load(RSTD + rows, mask=rows < last, other=0.0)[:, None]
             xf = x.to(tl.float32)
-            dyf = dy.to(tl.float32)
             if CASTING == 0:
                 xhat = (xf * rstd).to(x.dtype).to(tl.float32)
             else:
@@ -94,8 +134,12 @@ def rms_norm_bwd(DX, DW_PARTIAL, DY, X, W, RSTD, n_rows, n_cols, stride_dx, stri
             dyw = dyf * w[None, :]
             dot = tl.sum(dyw * xf, axis=1)[:, None] / n_cols
             dx = rstd * (dyw - xf * rstd * rstd * dot)
-            tl.store(DX + rows[:, None] * stride_dx + cols[None, :],
-                     dx.to(DX.dtype.element_ty), mask=mask)
+            # as in the forward: wider whole-row configs have no dres path (see the spec)
+            if BLOCK_N <= 4096:
+                if has_dres != 0:
+                    dx += tl.load(DRES + rows[:, None] * stride_dres + c, mask=mask,
+                                  other=0.0).to(tl.float32)
+            tl.store(DX + rows[:, None] * stride_dx + c, dx.to(DX.dtype.element_ty), mask=mask)
             dw += dyf * xhat
         tl.store(dw_row + cols, tl.sum(dw, axis=0), mask=col_mask)
     else:
@@ -125,6 +169,9 @@ def rms_norm_bwd(DX, DW_PARTIAL, DY, X, W, RSTD, n_rows, n_cols, stride_dx, stri
                 xf = x.to(tl.float32)
                 dyf = tl.load(dy_row + c, mask=m, other=0.0).to(tl.float32)
                 dx = rstd * (dyf * w - xf * rstd * rstd * dot)
+                if has_dres != 0:
+                    dx += tl.load(DRES + row * stride_dres + c, mask=m, other=0.0
+                                  ).to(tl.float32)
                 tl.store(DX + row * stride_dx + c, dx.to(DX.dtype.element_ty), mask=m)
                 if CASTING == 0:
                     xhat = (xf * rstd).to(x.dtype).to(tl.float32)

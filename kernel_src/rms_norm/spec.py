@@ -1,4 +1,5 @@
-"""Variant spec for RMSNorm: see kernels.py for the math."""
+"""Variant spec for RMSNorm (and the fused residual add + RMSNorm, which runs on the same
+kernels through runtime flags): see kernels.py for the math."""
 from ..spec import Config, KernelSpec, Param
 
 CASTING_MODES = {"llama": 0, "gemma": 1, "none": 2}
@@ -14,7 +15,15 @@ _LOOPED = Config({"BLOCK_M": 1, "BLOCK_N": 4096, "LOOP": True}, num_warps=8)
 CONFIGS = _WHOLE_ROW + (_LOOPED,)
 
 
-def select_config(n_cols: int) -> Config:
+# Widest whole-row configs that carry the fused residual path (kernels.py compiles it out
+# of wider ones, which have no registers to spare); longer fused rows use the looped config.
+RESIDUAL_MAX_WHOLE_ROW = 8192
+DRES_MAX_WHOLE_ROW = 4096
+
+
+def select_config(n_cols: int, residual: bool = False) -> Config:
+    if residual and n_cols > RESIDUAL_MAX_WHOLE_ROW:
+        return _LOOPED
     for config in _WHOLE_ROW:
         if n_cols <= config.constexprs["BLOCK_N"]:
             return config
@@ -31,7 +40,9 @@ _BWD_LOOPED = Config({"BLOCK_M": 1, "BLOCK_N": 4096, "LOOP": True}, num_warps=8)
 BWD_CONFIGS = _BWD_WHOLE_ROW + (_BWD_LOOPED,)
 
 
-def select_bwd_config(n_cols: int) -> Config:
+def select_bwd_config(n_cols: int, dres: bool = False) -> Config:
+    if dres and n_cols > DRES_MAX_WHOLE_ROW:
+        return _BWD_LOOPED
     for config in _BWD_WHOLE_ROW:
         if n_cols <= config.constexprs["BLOCK_N"]:
             return config
@@ -44,7 +55,12 @@ FWD = KernelSpec(
             Param("RSTD", "ptr", dtype="fp32"),
             Param("n_rows", "i32"), Param("n_cols", "i32"),
             Param("stride_y", "i64", divisible=True), Param("stride_x", "i64", divisible=True),
-            Param("eps", "fp32"), Param("offset", "fp32")),
+            Param("eps", "fp32"), Param("offset", "fp32"),
+            # fused residual add (has_residual = 1): S = X + R; otherwise S, R are unused
+            # placeholders (the op passes Y and X, so the alignment class is unchanged)
+            Param("S", "ptr"), Param("R", "ptr"),
+            Param("stride_s", "i64", divisible=True), Param("stride_r", "i64", divisible=True),
+            Param("has_residual", "i32")),
     options={"CASTING": (0, 1, 2)},
     configs=CONFIGS, rule=select_config,
 )
@@ -56,7 +72,10 @@ BWD = KernelSpec(
             Param("n_rows", "i32"), Param("n_cols", "i32"),
             Param("stride_dx", "i64", divisible=True), Param("stride_dy", "i64", divisible=True),
             Param("stride_x", "i64", divisible=True),
-            Param("offset", "fp32"), Param("rows_per_program", "i32")),
+            Param("offset", "fp32"), Param("rows_per_program", "i32"),
+            # gradient of the residual output added to dx (has_dres = 1), else a placeholder
+            Param("DRES", "ptr"), Param("stride_dres", "i64", divisible=True),
+            Param("has_dres", "i32")),
     options={"CASTING": (0, 1, 2)},
     configs=BWD_CONFIGS, rule=select_bwd_config,
 )

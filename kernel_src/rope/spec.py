@@ -1,4 +1,5 @@
-"""Variant spec for RoPE (forward and backward in one kernel): see kernels.py for the math."""
+"""Variant spec for RoPE and Qwen2-VL M-RoPE (forward and backward in one kernel): see
+kernels.py for the math."""
 from ..spec import Config, KernelSpec, Param
 
 # BLOCK_D covers half the head dim (longer halves loop over BLOCK_D chunks); BLOCK_H heads
@@ -30,7 +31,9 @@ ROPE = KernelSpec(
            + _strides("qo", "bhs") + _strides("q", "bhs")
            + _strides("ko", "bhs") + _strides("k", "bhs")
            + _strides("c", "bs") + _strides("s", "bs")
-           + (Param("backward", "i32"),),
+           # M-RoPE: cos/sin plane strides and section bounds (see kernels.py)
+           + (Param("stride_cp", "i64", divisible=True), Param("stride_sp", "i64", divisible=True),
+              Param("sec0", "i32"), Param("sec1", "i32"), Param("backward", "i32")),
     configs=CONFIGS, rule=select_config,
 )
 

@@ -1,5 +1,10 @@
-"""Variant spec for SwiGLU: see kernels.py for the math."""
+"""Variant spec for the gated activations SwiGLU and GeGLU: see kernels.py for the math."""
+
 from ..spec import Config, KernelSpec, Param
+
+# Values of the runtime `act` parameter.
+ACT_SILU = 0
+ACT_GELU_TANH = 1
 
 # Tiles of BLOCK_M x BLOCK_N = 2048 elements: short rows pack several rows per program so
 # each program still moves a few KB; rows longer than 1024 columns are split over grid
@@ -27,7 +32,7 @@ FWD = KernelSpec(
     params=(Param("C", "ptr"), Param("A", "ptr"), Param("B", "ptr"),
             Param("n_rows", "i32"), Param("n_cols", "i32", divisible=True),
             Param("stride_c", "i64", divisible=True), Param("stride_a", "i64", divisible=True),
-            Param("stride_b", "i64", divisible=True)),
+            Param("stride_b", "i64", divisible=True), Param("act", "i32")),
     configs=CONFIGS, rule=select_config,
 )
 
@@ -38,7 +43,7 @@ BWD = KernelSpec(
             Param("n_rows", "i32"), Param("n_cols", "i32", divisible=True),
             Param("stride_da", "i64", divisible=True), Param("stride_db", "i64", divisible=True),
             Param("stride_dc", "i64", divisible=True), Param("stride_a", "i64", divisible=True),
-            Param("stride_b", "i64", divisible=True)),
+            Param("stride_b", "i64", divisible=True), Param("act", "i32")),
     configs=CONFIGS, rule=select_config,
 )
 

@@ -1,19 +1,26 @@
-"""RMSNorm: y = x / rms(x) * (offset + w), forward and backward on AOT kernels."""
+"""RMSNorm: y = x / rms(x) * (offset + w), forward and backward on AOT kernels; and the fused
+residual add + RMSNorm (s = x + residual; returns (rmsnorm(s), s)) on the same kernels."""
 from __future__ import annotations
+
+import math
+from typing import Optional
 
 import torch
 
 from liger_aot.kernel_src.rms_norm import spec
 from liger_aot.runtime import Kernel
 
-from ._common import check_float, check_same_device, multiprocessor_count, row_stride, rows_view
+from ._common import (check_float, check_same_device, check_same_dtype, check_same_shape,
+                      multiprocessor_count, row_stride)
+from ._common import rows_view as _rows_view
 
 _fwd = Kernel(spec.FWD)
 _bwd = Kernel(spec.BWD)
 
 
 def _casting(mode) -> int:
-    if isinstance(mode, int) and mode in spec.CASTING_MODES.values():
+    if isinstance(mode, int) and not isinstance(mode, bool) \
+            and mode in spec.CASTING_MODES.values():
         return mode
     try:
         return spec.CASTING_MODES[mode]
@@ -22,73 +29,160 @@ def _casting(mode) -> int:
                          f"got {mode!r}") from None
 
 
-def rms_norm_forward(x, weight, eps, offset, casting):
-    """x: (..., n). Returns (y with x's shape, x as rows, rstd (rows,) fp32)."""
+def persistent_grid(rows: int, device_index: int, per_sm: int = 4) -> tuple:
+    """(programs, rows_per_program) for a persistent grid of about per_sm programs per SM;
+    programs is 0 when rows is 0."""
+    if rows == 0:
+        return 0, 1
+    programs = max(1, min(rows, per_sm * multiprocessor_count(device_index)))
+    rows_per_program = (rows + programs - 1) // programs
+    return (rows + rows_per_program - 1) // rows_per_program, rows_per_program
+
+
+def _rows(x):
+    """Number of rows of x viewed as (rows, x.shape[-1])."""
+    return math.prod(x.shape[:-1])
+
+
+def rows_view(name: str, t: torch.Tensor, n_cols: int) -> torch.Tensor:
+    """_common.rows_view that also takes rows of zero columns (reshape(-1, 0) is ambiguous)."""
+    if n_cols == 0 and t.shape[-1] == 0:
+        return t.new_empty((_rows(t), 0))
+    return _rows_view(name, t, n_cols)
+
+
+def _forward(x, weight, eps, offset, casting, residual=None):
+    """x (and residual): (..., n). Returns (y as rows, s as rows, rstd (rows,) fp32) where s is
+    the normalized input: x itself, or the new tensor x + residual."""
     n = x.shape[-1]
     x2 = rows_view("x", x, n)
     rows = x2.shape[0]
     y = torch.empty((rows, n), dtype=x.dtype, device=x.device)
     rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
+    if residual is None:
+        s, r2, has_residual = y, x2, 0  # placeholders, never touched
+    else:
+        r2 = rows_view("residual", residual, n)
+        s = torch.empty((rows, n), dtype=x.dtype, device=x.device)
+        has_residual = 1
     if rows and n:
-        config = spec.select_config(n)
+        config = spec.select_config(n, residual is not None)
         block_m = config.constexprs["BLOCK_M"]
         _fwd.launch(((rows + block_m - 1) // block_m,), y, x2, weight, rstd, rows, n,
-             row_stride(y), row_stride(x2), float(eps), float(offset),
-             dtype=x.dtype, config=config, options=(("CASTING", casting),))
+                    row_stride(y), row_stride(x2), float(eps), float(offset),
+                    s, r2, row_stride(s), row_stride(r2), has_residual,
+                    dtype=x.dtype, config=config, options=(("CASTING", casting),))
+    elif has_residual:
+        torch.add(x2, r2, out=s)  # no columns: s is empty; rows without columns: same
+    return y, (x2 if residual is None else s), rstd
+
+
+def _backward(dy, s2, weight, rstd, offset, casting, dres=None, in_place=False,
+              need_dw=True):
+    """Gradients of rmsnorm(s): (ds as rows [+ dres], dw or None). With in_place, ds is
+    written into dy's buffer when dy is a dense tensor of s's dtype not shared with dres."""
+    rows, n = s2.shape
+    dy2 = rows_view("grad_output", dy, n)
+    if dy2.dtype != s2.dtype:
+        dy2 = dy2.to(s2.dtype)
+    has_dres = dres is not None
+    if has_dres:
+        dres2 = rows_view("grad_residual", dres, n)
+        if dres2.dtype != s2.dtype:
+            dres2 = dres2.to(s2.dtype)
+    else:
+        dres2 = dy2  # placeholder, never read
+    shared = has_dres and dres2.data_ptr() == dy2.data_ptr()
+    if in_place and dy2.is_contiguous() and not shared:
+        dx = dy2
+    else:
+        dx = torch.empty((rows, n), dtype=s2.dtype, device=s2.device)
+    programs, rows_per_program = persistent_grid(rows, s2.get_device())
+    dw_partial = torch.empty((programs, n), dtype=torch.float32, device=s2.device)
+    if rows and n:
+        _bwd.launch((programs,), dx, dw_partial, dy2, s2, weight, rstd, rows, n,
+                    row_stride(dx), row_stride(dy2), row_stride(s2), float(offset),
+                    rows_per_program, dres2, row_stride(dres2), int(has_dres),
+                    dtype=s2.dtype, config=spec.select_bwd_config(n, has_dres),
+                    options=(("CASTING", casting),))
+    elif has_dres:
+        dx.copy_(dres2)
+    dw = None
+    if need_dw:
+        dw = dw_partial.sum(0).to(weight.dtype) if rows else torch.zeros_like(weight)
+    return dx, dw
+
+
+# Kept for callers of the first API: (y with x's shape, x as rows, rstd) and (dx, dw).
+def rms_norm_forward(x, weight, eps, offset, casting):
+    y, x2, rstd = _forward(x, weight, eps, offset, casting)
     return y.view(x.shape), x2, rstd
 
 
-def rms_norm_backward(dy, x2, weight, rstd, offset, casting):
-    rows, n = x2.shape
-    dy2 = rows_view("grad_output", dy, n)
-    dx = torch.empty_like(x2, memory_format=torch.contiguous_format)
-    programs = max(1, min(rows, 4 * multiprocessor_count(x2.get_device())))
-    rows_per_program = (rows + programs - 1) // programs
-    programs = (rows + rows_per_program - 1) // rows_per_program if rows else 0
-    dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x2.device)
-    if rows and n:
-        _bwd.launch((programs,), dx, dw_partial, dy2, x2, weight, rstd, rows, n,
-             row_stride(dx), row_stride(dy2), row_stride(x2), float(offset), rows_per_program,
-             dtype=x2.dtype, config=spec.select_bwd_config(n), options=(("CASTING", casting),))
-    dw = dw_partial.sum(0).to(weight.dtype) if rows else torch.zeros_like(weight)
-    return dx, dw
+def rms_norm_backward(dy, x2, weight, rstd, offset, casting, in_place=False):
+    return _backward(dy, x2, weight, rstd, offset, casting, in_place=in_place)
 
 
 class RMSNormFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, eps, offset, casting):
-        y, x2, rstd = rms_norm_forward(x, weight, eps, offset, casting)
+    def forward(ctx, x, weight, eps, offset, casting, in_place=False):
+        y, x2, rstd = _forward(x, weight, eps, offset, casting)
         ctx.save_for_backward(x2, weight, rstd)
-        ctx.offset, ctx.casting, ctx.x_shape = offset, casting, x.shape
-        return y
+        ctx.offset, ctx.casting, ctx.x_shape, ctx.in_place = offset, casting, x.shape, in_place
+        return y.view(x.shape)
 
     @staticmethod
     def backward(ctx, dy):
         x2, weight, rstd = ctx.saved_tensors
-        dx, dw = rms_norm_backward(dy, x2, weight, rstd, ctx.offset, ctx.casting)
-        return dx.view(ctx.x_shape), dw, None, None, None
+        dx, dw = _backward(dy, x2, weight, rstd, ctx.offset, ctx.casting,
+                           in_place=ctx.in_place, need_dw=ctx.needs_input_grad[1])
+        return dx.view(ctx.x_shape), dw, None, None, None, None
+
+
+class FusedAddRMSNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, residual, weight, eps, offset, casting, in_place=False):
+        y, s2, rstd = _forward(x, weight, eps, offset, casting, residual)
+        ctx.save_for_backward(s2, weight, rstd)
+        ctx.offset, ctx.casting, ctx.x_shape, ctx.in_place = offset, casting, x.shape, in_place
+        ctx.set_materialize_grads(False)  # an unused output's gradient stays None
+        return y.view(x.shape), s2.view(x.shape)
+
+    @staticmethod
+    def backward(ctx, dy, ds):
+        s2, weight, rstd = ctx.saved_tensors
+        if dy is None:  # only the residual output was used: it passes ds through
+            if ds is None:
+                return None, None, None, None, None, None, None
+            dw = torch.zeros_like(weight) if ctx.needs_input_grad[2] else None
+            return ds, ds, dw, None, None, None, None
+        dx, dw = _backward(dy, s2, weight, rstd, ctx.offset, ctx.casting, dres=ds,
+                           in_place=ctx.in_place, need_dw=ctx.needs_input_grad[2])
+        dx = dx.view(ctx.x_shape)
+        return dx, dx, dw, None, None, None, None  # d(x + residual) reaches both equally
 
 
 # torch.compile path: the same forward/backward as custom ops, so dynamo traces a call as
 # one node (no graph break) and autograd comes from register_autograd. Eager calls use the
-# autograd.Function above, which costs less host time than custom-op dispatch.
+# autograd.Functions above, which cost less host time than custom-op dispatch. The compile
+# path never writes into a gradient's buffer (custom ops do not mutate their inputs):
+# in_place only applies to eager calls.
 @torch.library.custom_op("liger_aot::rms_norm_fwd", mutates_args=())
 def rms_norm_fwd_op(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float,
                     casting: int) -> tuple[torch.Tensor, torch.Tensor]:
-    y, _, rstd = rms_norm_forward(x, weight, eps, offset, casting)
-    return y, rstd
+    y, _, rstd = _forward(x, weight, eps, offset, casting)
+    return y.view(x.shape), rstd
 
 
 @rms_norm_fwd_op.register_fake
 def _(x, weight, eps, offset, casting):
-    return torch.empty_like(x), x.new_empty(x.numel() // max(x.shape[-1], 1),
-                                            dtype=torch.float32)
+    return torch.empty_like(x), x.new_empty(_rows(x), dtype=torch.float32)
 
 
 @torch.library.custom_op("liger_aot::rms_norm_bwd", mutates_args=())
 def rms_norm_bwd_op(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor,
                     offset: float, casting: int) -> tuple[torch.Tensor, torch.Tensor]:
-    dx, dw = rms_norm_backward(dy, rows_view("x", x, x.shape[-1]), weight, rstd, offset, casting)
+    dx, dw = _backward(dy, rows_view("x", x, x.shape[-1]), weight, rstd, offset, casting)
     return dx.view(x.shape), dw
 
 
@@ -103,28 +197,114 @@ def _setup_context(ctx, inputs, output):
     ctx.offset, ctx.casting = offset, casting
 
 
-def _backward(ctx, dy, _drstd):
+def _backward_op(ctx, dy, _drstd):
     x, weight, rstd = ctx.saved_tensors
     dx, dw = rms_norm_bwd_op(dy, x, weight, rstd, ctx.offset, ctx.casting)
     return dx, dw, None, None, None
 
 
-rms_norm_fwd_op.register_autograd(_backward, setup_context=_setup_context)
+rms_norm_fwd_op.register_autograd(_backward_op, setup_context=_setup_context)
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, offset: float = 0.0,
-             casting_mode="llama") -> torch.Tensor:
-    """RMSNorm over the last dimension of x with weight (n,). casting_mode: llama | gemma |
-    none (see kernel_src/rms_norm/kernels.py)."""
+@torch.library.custom_op("liger_aot::fused_add_rms_norm_fwd", mutates_args=())
+def fused_add_rms_norm_fwd_op(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                              eps: float, offset: float, casting: int
+                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    y, s2, rstd = _forward(x, weight, eps, offset, casting, residual)
+    return y.view(x.shape), s2.view(x.shape), rstd
+
+
+@fused_add_rms_norm_fwd_op.register_fake
+def _(x, residual, weight, eps, offset, casting):
+    return (torch.empty_like(x), torch.empty_like(x),
+            x.new_empty(_rows(x), dtype=torch.float32))
+
+
+@torch.library.custom_op("liger_aot::fused_add_rms_norm_bwd", mutates_args=())
+def fused_add_rms_norm_bwd_op(dy: torch.Tensor, ds: Optional[torch.Tensor], s: torch.Tensor,
+                              weight: torch.Tensor, rstd: torch.Tensor, offset: float,
+                              casting: int) -> tuple[torch.Tensor, torch.Tensor]:
+    dx, dw = _backward(dy, rows_view("s", s, s.shape[-1]), weight, rstd, offset, casting,
+                       dres=ds)
+    return dx.view(s.shape), dw
+
+
+@fused_add_rms_norm_bwd_op.register_fake
+def _(dy, ds, s, weight, rstd, offset, casting):
+    return torch.empty_like(s), torch.empty_like(weight)
+
+
+def _fused_setup_context(ctx, inputs, output):
+    _, _, weight, _, offset, casting = inputs
+    ctx.save_for_backward(output[1], weight, output[2])
+    ctx.offset, ctx.casting = offset, casting
+
+
+def _fused_backward_op(ctx, dy, ds, _drstd):
+    s, weight, rstd = ctx.saved_tensors
+    if dy is None:
+        dy = torch.zeros_like(s)
+    dx, dw = fused_add_rms_norm_bwd_op(dy, ds, s, weight, rstd, ctx.offset, ctx.casting)
+    return dx, dx, dw, None, None, None
+
+
+fused_add_rms_norm_fwd_op.register_autograd(_fused_backward_op,
+                                            setup_context=_fused_setup_context)
+
+
+def _check_weight(x, weight):
     check_float("x", x)
     check_float("weight", weight)
     check_same_device(x=x, weight=weight)
+    if x.dim() == 0:
+        raise ValueError("x must have at least one dimension, got a 0-d tensor")
     if weight.dim() != 1 or weight.shape[0] != x.shape[-1]:
         raise ValueError(f"weight must have shape ({x.shape[-1]},) to match x's last "
                          f"dimension, got {tuple(weight.shape)}")
+    # Kernels read the weight in x's dtype: a weight of another dtype (fp32 master weights
+    # with bf16 activations) is cast here, and its gradient cast back by autograd.
+    if weight.dtype != x.dtype:
+        weight = weight.to(x.dtype)
     if not weight.is_contiguous():
         weight = weight.contiguous()
+    return weight
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, offset: float = 0.0,
+             casting_mode="llama", in_place: bool = False) -> torch.Tensor:
+    """RMSNorm over the last dimension of x with weight (n,): x / sqrt(mean(x^2) + eps) *
+    (offset + weight). casting_mode: llama | gemma | none (see kernel_src/rms_norm/kernels.py).
+
+    in_place (Liger-Kernel's option): the backward writes dx into the buffer of y's gradient
+    to save memory. Off by default here (Liger-Kernel's functional defaults to True, as does
+    the module LigerRMSNorm): it overwrites a gradient tensor the caller passed to backward,
+    and it is wrong when y's gradient is shared with another consumer, e.g. when y is added to
+    a residual (`h = r + rms_norm(x)`: autograd hands the same gradient tensor to both
+    branches). Eager only; torch.compile never writes in place."""
+    weight = _check_weight(x, weight)
     casting = _casting(casting_mode)
     if torch.compiler.is_compiling():
         return rms_norm_fwd_op(x, weight, float(eps), float(offset), casting)[0]
-    return RMSNormFunction.apply(x, weight, eps, offset, casting)
+    return RMSNormFunction.apply(x, weight, eps, offset, casting, bool(in_place))
+
+
+def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                       eps: float = 1e-6, offset: float = 0.0, casting_mode="llama",
+                       in_place: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """s = x + residual; returns (rms_norm(s, weight, eps, offset, casting_mode), s).
+
+    The backward gives x and residual the same gradient (the residual output's gradient plus
+    the RMSNorm's), and weight its own. in_place as for rms_norm (off by default; Liger-Kernel's
+    functional defaults to True, its module LigerFusedAddRMSNorm to False)."""
+    weight = _check_weight(x, weight)
+    check_float("residual", residual)
+    check_same_device(x=x, residual=residual)
+    check_same_dtype(x=x, residual=residual)
+    check_same_shape(x=x, residual=residual)
+    casting = _casting(casting_mode)
+    if torch.compiler.is_compiling():
+        y, s, _ = fused_add_rms_norm_fwd_op(x, residual, weight, float(eps), float(offset),
+                                            casting)
+        return y, s
+    return FusedAddRMSNormFunction.apply(x, residual, weight, eps, offset, casting,
+                                         bool(in_place))

@@ -17,6 +17,8 @@ import torch
 
 from liger_aot.kernel_src.spec import KernelSpec
 
+from liger_aot.artifact_format import TARGETS
+
 from . import _env
 from .errors import LaunchError, MissingVariantError
 
@@ -61,14 +63,14 @@ class Kernel:
         found = find_variant(variant, device_index)
         if found.launcher is not None:
             return found.launcher
-        if _env.strict():
-            raise MissingVariantError(variant.name, found.arch, found.reasons)
-        if not _env.jit_fallback_allowed():
-            raise MissingVariantError(variant.name, found.arch, found.reasons)
+        if _env.strict() or not _env.jit_fallback_allowed():
+            why = "LIGER_AOT_STRICT=1" if _env.strict() else "LIGER_AOT_DISABLE_JIT=1"
+            raise MissingVariantError(variant.name, found.arch, found.reasons, why)
+        hint = (f"Build it with `liger-aot build --arch {found.arch}`." if found.arch in TARGETS
+                else "This device has no ahead-of-time arch.")
         warnings.warn(
-            f"liger_aot: no ahead-of-time binary for {variant.name} on {found.arch}"
-            f" ({'; '.join(found.reasons) or 'no artifact set'}); compiling it with Triton JIT. "
-            f"Build it with `liger-aot build --arch {found.arch}`.",
+            f"liger_aot: no ahead-of-time binary for {variant.name} on {found.arch} "
+            f"({'; '.join(found.reasons)}); compiling it with Triton JIT. {hint}",
             RuntimeWarning, stacklevel=4)
         return _jit_launcher(variant)
 

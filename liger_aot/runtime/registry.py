@@ -121,6 +121,10 @@ def check_entry(entry: dict, variant, path: str) -> tuple:
     if entry.get("type_string") != spec.type_string:
         return None, (f"{path}: parameter types {entry.get('type_string')!r} differ from the "
                       f"spec's {spec.type_string!r}")
+    missing = [k for k, kind in (("kernel_name", str), ("num_warps", int), ("shared", int))
+               if not isinstance(entry.get(k), kind)]
+    if missing:
+        return None, f"{path}: manifest entry has no valid {', '.join(missing)}"
     if entry.get("source_sha256") != family_source_sha256(spec.family):
         return None, f"{path}: built from other kernel source than the installed {spec.family}"
     if entry.get("global_scratch_size", 0) or entry.get("profile_scratch_size", 0):

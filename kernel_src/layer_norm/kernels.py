@@ -1,0 +1,141 @@
+"""LayerNorm forward and backward.
+
+y = (x - mean) * rstd * w (+ b),  mean = mean(x),  rstd = 1 / sqrt(mean((x - mean)^2) + eps)
+
+A program handles BLOCK_M rows of BLOCK_N columns. When a row fits in BLOCK_N it stays in
+registers (one read of x; exact two-step variance); longer rows loop over BLOCK_N chunks
+(two reads of x) and take the variance from sums shifted by the row's first element, which
+keeps the cancellation of E[x^2] - E[x]^2 small when |mean| >> std. The bias is a runtime flag.
+
+Backward, xhat = (x - mean) * rstd, g = dy * w:
+    dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+    dw = sum over rows of dy * xhat,  db = sum over rows of dy
+Each program owns rows_per_program consecutive rows and writes fp32 partials of dw and db to
+row `pid` of DW_PARTIAL and DB_PARTIAL; the host sums the partials.
+"""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def layer_norm_fwd(Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y, stride_x, eps, has_bias,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LOOP: tl.constexpr):
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_mask = rows < n_rows
+    cols = tl.arange(0, BLOCK_N)
+    x_row = X + rows[:, None] * stride_x
+    y_row = Y + rows[:, None] * stride_y
+    if not LOOP:
+        c = cols[None, :]
+        mask = row_mask[:, None] & (c < n_cols)
+        x = tl.load(x_row + c, mask=mask, other=0.0).to(tl.float32)
+        mean = tl.sum(x, axis=1) / n_cols
+        xc = tl.where(mask, x - mean[:, None], 0.0)
+        rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
+        w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        y = xc * rstd[:, None] * w[None, :]
+        if has_bias != 0:
+            y += tl.load(B + cols, mask=cols < n_cols, other=0.0).to(tl.float32)[None, :]
+        tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
+    else:
+        shift = tl.load(X + rows * stride_x, mask=row_mask, other=0.0).to(tl.float32)
+        acc1 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        acc2 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for start in range(0, n_cols, BLOCK_N):
+            c = (start + cols)[None, :]
+            mask = row_mask[:, None] & (c < n_cols)
+            x = tl.load(x_row + c, mask=mask, other=0.0).to(tl.float32)
+            xs = tl.where(mask, x - shift[:, None], 0.0)
+            acc1 += xs
+            acc2 += xs * xs
+        m1 = tl.sum(acc1, axis=1) / n_cols
+        var = tl.maximum(tl.sum(acc2, axis=1) / n_cols - m1 * m1, 0.0)
+        mean = shift + m1
+        rstd = 1.0 / tl.sqrt(var + eps)
+        for start in range(0, n_cols, BLOCK_N):
+            c1 = start + cols
+            c = c1[None, :]
+            mask = row_mask[:, None] & (c < n_cols)
+            x = tl.load(x_row + c, mask=mask, other=0.0).to(tl.float32)
+            w = tl.load(W + c1, mask=c1 < n_cols, other=0.0).to(tl.float32)
+            y = (x - mean[:, None]) * rstd[:, None] * w[None, :]
+            if has_bias != 0:
+                y += tl.load(B + c1, mask=c1 < n_cols, other=0.0).to(tl.float32)[None, :]
+            tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
+    tl.store(MEAN + rows, mean, mask=row_mask)
+    tl.store(RSTD + rows, rstd, mask=row_mask)
+
+
+@triton.jit
+def layer_norm_bwd(DX, DW_PARTIAL, DB_PARTIAL, DY, X, W, MEAN, RSTD, n_rows, n_cols,
+                   stride_dx, stride_dy, stride_x, rows_per_program,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LOOP: tl.constexpr):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    first = pid.to(tl.int64) * rows_per_program
+    last = tl.minimum(first + rows_per_program, n_rows)
+    dw_row = DW_PARTIAL + pid.to(tl.int64) * n_cols
+    db_row = DB_PARTIAL + pid.to(tl.int64) * n_cols
+    if not LOOP:
+        col_mask = cols < n_cols
+        w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+        dw = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        db = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for step in range(0, rows_per_program, BLOCK_M):
+            rows = first + step + tl.arange(0, BLOCK_M)
+            live = rows < last
+            mask = live[:, None] & col_mask[None, :]
+            c = cols[None, :]
+            x = tl.load(X + rows[:, None] * stride_x + c, mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(DY + rows[:, None] * stride_dy + c, mask=mask, other=0.0
+                         ).to(tl.float32)
+            mean = tl.load(MEAN + rows, mask=live, other=0.0)[:, None]
+            rstd = tl.load(RSTD + rows, mask=live, other=0.0)[:, None]
+            xhat = (x - mean) * rstd  # masked lanes have dy = 0: they add nothing below
+            g = dy * w
+            c1 = tl.sum(g * xhat, axis=1)[:, None] / n_cols
+            c2 = tl.sum(g, axis=1)[:, None] / n_cols
+            dx = rstd * (g - c2 - xhat * c1)
+            tl.store(DX + rows[:, None] * stride_dx + c, dx.to(DX.dtype.element_ty), mask=mask)
+            dw += dy * xhat
+            db += dy
+        tl.store(dw_row + cols, tl.sum(dw, axis=0), mask=col_mask)
+        tl.store(db_row + cols, tl.sum(db, axis=0), mask=col_mask)
+    else:
+        for c0 in range(0, n_cols, BLOCK_N):
+            c = c0 + cols
+            tl.store(dw_row + c, tl.zeros([BLOCK_N], dtype=tl.float32), mask=c < n_cols)
+            tl.store(db_row + c, tl.zeros([BLOCK_N], dtype=tl.float32), mask=c < n_cols)
+        for step in range(0, rows_per_program):
+            row = first + step
+            live = row < last  # masks the tail of the last program's rows
+            mean = tl.load(MEAN + row, mask=live, other=0.0)
+            rstd = tl.load(RSTD + row, mask=live, other=0.0)
+            x_row = X + row * stride_x
+            dy_row = DY + row * stride_dy
+            acc1 = tl.zeros([BLOCK_N], dtype=tl.float32)
+            acc2 = tl.zeros([BLOCK_N], dtype=tl.float32)
+            for c0 in range(0, n_cols, BLOCK_N):
+                c = c0 + cols
+                m = (c < n_cols) & live
+                w = tl.load(W + c, mask=m, other=0.0).to(tl.float32)
+                x = tl.load(x_row + c, mask=m, other=0.0).to(tl.float32)
+                dy = tl.load(dy_row + c, mask=m, other=0.0).to(tl.float32)
+                g = dy * w
+                acc1 += g * ((x - mean) * rstd)
+                acc2 += g
+            c1 = tl.sum(acc1, axis=0) / n_cols
+            c2 = tl.sum(acc2, axis=0) / n_cols
+            for c0 in range(0, n_cols, BLOCK_N):
+                c = c0 + cols
+                m = (c < n_cols) & live
+                w = tl.load(W + c, mask=m, other=0.0).to(tl.float32)
+                x = tl.load(x_row + c, mask=m, other=0.0).to(tl.float32)
+                dy = tl.load(dy_row + c, mask=m, other=0.0).to(tl.float32)
+                xhat = (x - mean) * rstd
+                dx = rstd * (dy * w - c2 - xhat * c1)
+                tl.store(DX + row * stride_dx + c, dx.to(DX.dtype.element_ty), mask=m)
+                dw = tl.load(dw_row + c, mask=m, other=0.0)
+                tl.store(dw_row + c, dw + dy * xhat, mask=m)
+                db = tl.load(db_row + c, mask=m, other=0.0)
+                tl.store(db_row + c, db + dy, mask=m)

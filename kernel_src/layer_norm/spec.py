@@ -1,0 +1,58 @@
+"""Variant spec for LayerNorm: see kernels.py for the math."""
+from ..spec import Config, KernelSpec, Param
+
+# Whole-row configs (row in registers) up to 16K columns forward / 8K backward (the backward
+# also holds dw and db accumulators), one looped config beyond.
+_WHOLE_ROW = tuple(
+    Config({"BLOCK_M": m, "BLOCK_N": n, "LOOP": False}, num_warps=w)
+    for m, n, w in ((4, 1024, 4), (1, 4096, 8), (1, 16384, 16))
+)
+_LOOPED = Config({"BLOCK_M": 1, "BLOCK_N": 4096, "LOOP": True}, num_warps=8)
+CONFIGS = _WHOLE_ROW + (_LOOPED,)
+
+_BWD_WHOLE_ROW = tuple(
+    Config({"BLOCK_M": m, "BLOCK_N": n, "LOOP": False}, num_warps=w)
+    for m, n, w in ((4, 1024, 8), (1, 4096, 8), (1, 8192, 16))
+)
+_BWD_LOOPED = Config({"BLOCK_M": 1, "BLOCK_N": 4096, "LOOP": True}, num_warps=8)
+BWD_CONFIGS = _BWD_WHOLE_ROW + (_BWD_LOOPED,)
+
+
+def _pick(whole_row, looped, n_cols):
+    for config in whole_row:
+        if n_cols <= config.constexprs["BLOCK_N"]:
+            return config
+    return looped
+
+
+def select_config(n_cols: int) -> Config:
+    return _pick(_WHOLE_ROW, _LOOPED, n_cols)
+
+
+def select_bwd_config(n_cols: int) -> Config:
+    return _pick(_BWD_WHOLE_ROW, _BWD_LOOPED, n_cols)
+
+
+FWD = KernelSpec(
+    name="layer_norm_fwd", family="layer_norm", function="layer_norm_fwd",
+    params=(Param("Y", "ptr"), Param("X", "ptr"), Param("W", "ptr"), Param("B", "ptr"),
+            Param("MEAN", "ptr", dtype="fp32"), Param("RSTD", "ptr", dtype="fp32"),
+            Param("n_rows", "i32"), Param("n_cols", "i32"),
+            Param("stride_y", "i64", divisible=True), Param("stride_x", "i64", divisible=True),
+            Param("eps", "fp32"), Param("has_bias", "i32")),
+    configs=CONFIGS, rule=select_config,
+)
+
+BWD = KernelSpec(
+    name="layer_norm_bwd", family="layer_norm", function="layer_norm_bwd",
+    params=(Param("DX", "ptr"), Param("DW_PARTIAL", "ptr", dtype="fp32"),
+            Param("DB_PARTIAL", "ptr", dtype="fp32"), Param("DY", "ptr"), Param("X", "ptr"),
+            Param("W", "ptr"), Param("MEAN", "ptr", dtype="fp32"),
+            Param("RSTD", "ptr", dtype="fp32"),
+            Param("n_rows", "i32"), Param("n_cols", "i32"),
+            Param("stride_dx", "i64", divisible=True), Param("stride_dy", "i64", divisible=True),
+            Param("stride_x", "i64", divisible=True), Param("rows_per_program", "i32")),
+    configs=BWD_CONFIGS, rule=select_bwd_config,
+)
+
+SPECS = (FWD, BWD)

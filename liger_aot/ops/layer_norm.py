@@ -1,0 +1,141 @@
+"""LayerNorm over the last dimension: y = (x - mean) / sqrt(var + eps) * w (+ b), forward and
+backward on AOT kernels."""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+
+from liger_aot.kernel_src.layer_norm import spec
+from liger_aot.runtime import Kernel
+
+from ._common import check_float, check_same_device, row_stride
+from .rms_norm import persistent_grid, rows_view
+
+_fwd = Kernel(spec.FWD)
+_bwd = Kernel(spec.BWD)
+
+
+def layer_norm_forward(x, weight, bias, eps):
+    """x: (..., n). Returns (y with x's shape, x as rows, mean (rows,), rstd (rows,)) fp32
+    statistics."""
+    n = x.shape[-1]
+    x2 = rows_view("x", x, n)
+    rows = x2.shape[0]
+    y = torch.empty((rows, n), dtype=x.dtype, device=x.device)
+    mean = torch.empty(rows, dtype=torch.float32, device=x.device)
+    rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
+    if rows and n:
+        config = spec.select_config(n)
+        block_m = config.constexprs["BLOCK_M"]
+        _fwd.launch(((rows + block_m - 1) // block_m,), y, x2, weight,
+                    weight if bias is None else bias, mean, rstd, rows, n,
+                    row_stride(y), row_stride(x2), float(eps), int(bias is not None),
+                    dtype=x.dtype, config=config)
+    return y.view(x.shape), x2, mean, rstd
+
+
+def layer_norm_backward(dy, x2, weight, mean, rstd, need_dw=True, need_db=True):
+    """Returns (dx as rows, dw or None, db or None)."""
+    rows, n = x2.shape
+    dy2 = rows_view("grad_output", dy, n)
+    if dy2.dtype != x2.dtype:
+        dy2 = dy2.to(x2.dtype)
+    dx = torch.empty((rows, n), dtype=x2.dtype, device=x2.device)
+    programs, rows_per_program = persistent_grid(rows, x2.get_device())
+    dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x2.device)
+    db_partial = torch.empty((programs, n), dtype=torch.float32, device=x2.device)
+    if rows and n:
+        _bwd.launch((programs,), dx, dw_partial, db_partial, dy2, x2, weight, mean, rstd,
+                    rows, n, row_stride(dx), row_stride(dy2), row_stride(x2), rows_per_program,
+                    dtype=x2.dtype, config=spec.select_bwd_config(n))
+    dw = dw_partial.sum(0).to(weight.dtype) if need_dw else None
+    db = db_partial.sum(0).to(weight.dtype) if need_db else None
+    return dx, dw, db
+
+
+class LayerNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        y, x2, mean, rstd = layer_norm_forward(x, weight, bias, eps)
+        ctx.save_for_backward(x2, weight, mean, rstd)
+        ctx.x_shape = x.shape
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x2, weight, mean, rstd = ctx.saved_tensors
+        dx, dw, db = layer_norm_backward(dy, x2, weight, mean, rstd, ctx.needs_input_grad[1],
+                                         ctx.needs_input_grad[2])
+        return dx.view(ctx.x_shape), dw, db, None
+
+
+# torch.compile path: custom ops traced as single nodes (see ops/rms_norm.py).
+@torch.library.custom_op("liger_aot::layer_norm_fwd", mutates_args=())
+def layer_norm_fwd_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                      eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    y, _, mean, rstd = layer_norm_forward(x, weight, bias, eps)
+    return y, mean, rstd
+
+
+@layer_norm_fwd_op.register_fake
+def _(x, weight, bias, eps):
+    rows = math.prod(x.shape[:-1])
+    return (torch.empty_like(x), x.new_empty(rows, dtype=torch.float32),
+            x.new_empty(rows, dtype=torch.float32))
+
+
+@torch.library.custom_op("liger_aot::layer_norm_bwd", mutates_args=())
+def layer_norm_bwd_op(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                      mean: torch.Tensor, rstd: torch.Tensor
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    dx, dw, db = layer_norm_backward(dy, rows_view("x", x, x.shape[-1]), weight, mean, rstd)
+    return dx.view(x.shape), dw, db
+
+
+@layer_norm_bwd_op.register_fake
+def _(dy, x, weight, mean, rstd):
+    return torch.empty_like(x), torch.empty_like(weight), torch.empty_like(weight)
+
+
+def _setup_context(ctx, inputs, output):
+    x, weight, bias, _ = inputs
+    ctx.save_for_backward(x, weight, output[1], output[2])
+    ctx.has_bias = bias is not None
+
+
+def _backward_op(ctx, dy, _dmean, _drstd):
+    x, weight, mean, rstd = ctx.saved_tensors
+    dx, dw, db = layer_norm_bwd_op(dy, x, weight, mean, rstd)
+    return dx, dw, (db if ctx.has_bias else None), None
+
+
+layer_norm_fwd_op.register_autograd(_backward_op, setup_context=_setup_context)
+
+
+def _as_param(name, t, x, n):
+    check_float(name, t)
+    check_same_device(x=x, **{name: t})
+    if t.dim() != 1 or t.shape[0] != n:
+        raise ValueError(f"{name} must have shape ({n},) to match x's last dimension, "
+                         f"got {tuple(t.shape)}")
+    if t.dtype != x.dtype:  # kernels read parameters in x's dtype; autograd casts grads back
+        t = t.to(x.dtype)
+    return t if t.is_contiguous() else t.contiguous()
+
+
+def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
+               eps: float = 1e-6) -> torch.Tensor:
+    """LayerNorm over the last dimension of x with weight (n,) and optional bias (n,):
+    (x - mean) / sqrt(var + eps) * weight + bias, var the biased variance (as torch)."""
+    check_float("x", x)
+    if x.dim() == 0:
+        raise ValueError("x must have at least one dimension, got a 0-d tensor")
+    n = x.shape[-1]
+    weight = _as_param("weight", weight, x, n)
+    if bias is not None:
+        bias = _as_param("bias", bias, x, n)
+    if torch.compiler.is_compiling():
+        return layer_norm_fwd_op(x, weight, bias, float(eps))[0]
+    return LayerNormFunction.apply(x, weight, bias, eps)

@@ -1,0 +1,154 @@
+"""Softmax over one dimension (the last by default), forward and backward on AOT kernels.
+
+Rows up to 16384 columns are held in registers; longer rows (vocabularies up to 262144 and
+beyond) loop over 4096-column blocks, split over several programs when there are too few rows
+to fill the GPU (see kernel_src/softmax/kernels.py). Eager calls go through SoftmaxFunction;
+under torch.compile the same helpers run as the custom ops liger_aot::softmax_fwd / _bwd.
+"""
+from __future__ import annotations
+
+import torch
+
+from liger_aot.kernel_src.softmax import spec
+from liger_aot.runtime import Kernel
+
+from ._common import check_float, multiprocessor_count, row_stride, rows_view
+
+_fwd = Kernel(spec.FWD)
+_bwd = Kernel(spec.BWD)
+
+
+def _plan(rows, n, device: int):
+    """(config, grid, chunk_cols, n_chunks, phases) for rows x n."""
+    config = spec.select_config(n)
+    if not config.constexprs["LOOP"]:
+        block_m = config.constexprs["BLOCK_M"]
+        return config, ((rows + block_m - 1) // block_m,), 0, 1, (spec.PHASE_FUSED,)
+    target = 4 * multiprocessor_count(device)
+    chunk_cols, n_chunks = spec.split(rows, n, target)
+    phases = (spec.PHASE_FUSED,) if n_chunks == 1 else (spec.PHASE_STATS, spec.PHASE_APPLY)
+    return config, (rows, n_chunks), chunk_cols, n_chunks, phases
+
+
+def softmax_forward(x2):
+    """x2: (rows, n) with a contiguous last dim. Returns y (rows, n), contiguous."""
+    rows, n = x2.shape
+    y = torch.empty((rows, n), dtype=x2.dtype, device=x2.device)
+    if rows == 0 or n == 0:
+        return y
+    config, grid, chunk_cols, n_chunks, phases = _plan(rows, n, x2.get_device())
+    stats = y  # placeholder pointer: only read or written by the split phases
+    if len(phases) > 1:
+        stats = torch.empty((rows, n_chunks, 2), dtype=torch.float32, device=x2.device)
+    for phase in phases:
+        _fwd.launch(grid, y, x2, stats, rows, n, row_stride(y), row_stride(x2), chunk_cols,
+                    n_chunks, phase, dtype=x2.dtype, config=config)
+    return y
+
+
+def softmax_backward(dy, y2):
+    """dy: gradient of y (any strides, y's shape as rows). Returns dx (rows, n)."""
+    rows, n = y2.shape
+    dx = torch.empty((rows, n), dtype=y2.dtype, device=y2.device)
+    if rows == 0 or n == 0:
+        return dx
+    dy2 = rows_view("grad_output", dy.to(y2.dtype), n)
+    config, grid, chunk_cols, n_chunks, phases = _plan(rows, n, y2.get_device())
+    stats = dx
+    if len(phases) > 1:
+        stats = torch.empty((rows, n_chunks), dtype=torch.float32, device=y2.device)
+    for phase in phases:
+        _bwd.launch(grid, dx, dy2, y2, stats, rows, n, row_stride(dx), row_stride(dy2),
+                    row_stride(y2), chunk_cols, n_chunks, phase, dtype=y2.dtype, config=config)
+    return dx
+
+
+def _last_dim_forward(x):
+    """softmax over x's last dim (x at least 1-D); the result is contiguous, x's shape."""
+    if x.numel() == 0:
+        return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    return softmax_forward(rows_view("x", x, x.shape[-1])).view(x.shape)
+
+
+def _last_dim_backward(dy, y):
+    if y.numel() == 0:
+        return torch.empty(y.shape, dtype=y.dtype, device=y.device)
+    return softmax_backward(dy, rows_view("y", y, y.shape[-1])).view(y.shape)
+
+
+class SoftmaxFunction(torch.autograd.Function):
+    """Softmax over the last dim of x (at least 1-D)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = _last_dim_forward(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        (y,) = ctx.saved_tensors
+        return _last_dim_backward(dy, y)
+
+
+@torch.library.custom_op("liger_aot::softmax_fwd", mutates_args=())
+def softmax_fwd_op(x: torch.Tensor) -> torch.Tensor:
+    return _last_dim_forward(x)
+
+
+@softmax_fwd_op.register_fake
+def _(x):
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+@torch.library.custom_op("liger_aot::softmax_bwd", mutates_args=())
+def softmax_bwd_op(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return _last_dim_backward(dy, y)
+
+
+@softmax_bwd_op.register_fake
+def _(dy, y):
+    return torch.empty(y.shape, dtype=y.dtype, device=y.device)
+
+
+def _setup_context(ctx, inputs, output):
+    ctx.save_for_backward(output)
+
+
+def _backward(ctx, dy):
+    (y,) = ctx.saved_tensors
+    return softmax_bwd_op(dy, y)
+
+
+softmax_fwd_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def normalize_dim(x: torch.Tensor, dim) -> int:
+    ndim = max(x.dim(), 1)
+    if isinstance(dim, bool) or not isinstance(dim, int) or not -ndim <= dim < ndim:
+        raise ValueError(f"dim must be an int in [{-ndim}, {ndim - 1}] for x of shape "
+                         f"{tuple(x.shape)}, got {dim!r}")
+    return dim % ndim
+
+
+def over_dim(fn, x, dim):
+    """fn (a last-dim op) applied over dimension `dim` of x."""
+    if x.dim() == 0:
+        return fn(x.reshape(1)).reshape(())
+    dim = normalize_dim(x, dim)
+    if dim == x.dim() - 1:
+        return fn(x)
+    return fn(x.movedim(dim, -1)).movedim(-1, dim)
+
+
+def _softmax_last(x):
+    if torch.compiler.is_compiling():
+        return softmax_fwd_op(x)
+    return SoftmaxFunction.apply(x)
+
+
+def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """torch.softmax(x, dim) for float32, bfloat16 or float16 x (result in x's dtype)."""
+    check_float("x", x)
+    normalize_dim(x, dim)
+    return over_dim(_softmax_last, x, dim)

@@ -1,0 +1,120 @@
+"""MLP and activation modules with Liger-Kernel's names, on the gated-activation kernels.
+
+Constructors take a Hugging Face config (attributes hidden_size, intermediate_size,
+hidden_act) like the modules they replace, and hold the same nn.Linear layers under the same
+names, so a model's state dict loads unchanged.
+"""
+from __future__ import annotations
+
+import torch.nn as nn
+
+from liger_aot.ops.geglu import geglu
+from liger_aot.ops.relu_squared import relu_squared
+from liger_aot.ops.swiglu import swiglu
+
+_SILU = ("silu", "swish")
+
+
+def _check_silu(config):
+    act = getattr(config, "hidden_act", None)
+    if act not in _SILU:
+        raise ValueError(f"Activation function {act} not supported: config.hidden_act must "
+                         f"be one of {list(_SILU)} for a SwiGLU MLP")
+
+
+class LigerSwiGLUMLP(nn.Module):
+    """Llama / Mistral / Qwen2 MLP: down_proj(silu(gate_proj(x)) * up_proj(x))."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.hidden_size = config.hidden_size
+        self.intermediate_size = config.intermediate_size
+        self.gate_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(self.intermediate_size, self.hidden_size, bias=False)
+        _check_silu(config)
+
+    def forward(self, x):
+        return self.down_proj(swiglu(self.gate_proj(x), self.up_proj(x)))
+
+
+class LigerBlockSparseTop2MLP(nn.Module):
+    """Mixtral expert MLP: w2(silu(w1(x)) * w3(x))."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.ffn_dim = config.intermediate_size
+        self.hidden_dim = config.hidden_size
+        self.w1 = nn.Linear(self.hidden_dim, self.ffn_dim, bias=False)
+        self.w2 = nn.Linear(self.ffn_dim, self.hidden_dim, bias=False)
+        self.w3 = nn.Linear(self.hidden_dim, self.ffn_dim, bias=False)
+        _check_silu(config)
+
+    def forward(self, x):
+        return self.w2(swiglu(self.w1(x), self.w3(x)))
+
+
+class LigerPhi3SwiGLUMLP(nn.Module):
+    """Phi-3 MLP: one fused gate_up_proj whose halves are read in place (row stride 2n)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.hidden_size = config.hidden_size
+        self.intermediate_size = config.intermediate_size
+        self.gate_up_proj = nn.Linear(self.hidden_size, 2 * self.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(self.intermediate_size, self.hidden_size, bias=False)
+        _check_silu(config)
+
+    def forward(self, x):
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(swiglu(gate, up))
+
+
+class LigerQwen3MoeSwiGLUMLP(nn.Module):
+    """Qwen3-MoE expert MLP; intermediate_size overrides the config's (experts use
+    moe_intermediate_size)."""
+
+    def __init__(self, config, intermediate_size=None):
+        super().__init__()
+        self.config = config
+        self.hidden_size = config.hidden_size
+        self.intermediate_size = (intermediate_size if intermediate_size is not None
+                                  else config.intermediate_size)
+        self.gate_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(self.intermediate_size, self.hidden_size, bias=False)
+        _check_silu(config)
+
+    def forward(self, x):
+        return self.down_proj(swiglu(self.gate_proj(x), self.up_proj(x)))
+
+
+class LigerGEGLUMLP(nn.Module):
+    """Gemma MLP: down_proj(gelu_tanh(gate_proj(x)) * up_proj(x)). Always the tanh
+    approximation of GELU (Gemma's gelu_pytorch_tanh), whatever config.hidden_act says, as in
+    Liger-Kernel."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.hidden_size = config.hidden_size
+        self.intermediate_size = config.intermediate_size
+        self.gate_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(self.intermediate_size, self.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(geglu(self.gate_proj(x), self.up_proj(x)))
+
+
+class LigerReLUSquared(nn.Module):
+    """relu(x) ** 2 (Nemotron-H, Primer MLPs)."""
+
+    def forward(self, x):
+        return relu_squared(x)
+
+
+__all__ = ["LigerBlockSparseTop2MLP", "LigerGEGLUMLP", "LigerPhi3SwiGLUMLP",
+           "LigerQwen3MoeSwiGLUMLP", "LigerReLUSquared", "LigerSwiGLUMLP"]

@@ -1,0 +1,401 @@
+"""Variant choice at the call site: device arch rules, the 16-byte alignment class, the specs'
+config rules, and that the runtime path never imports triton. No GPU and no build needed:
+Kernel's variant lookup is intercepted where it asks the registry for a binary."""
+import inspect
+import itertools
+import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import liger_aot.runtime.registry as registry
+from liger_aot.kernel_src import FAMILIES, all_specs, family_spec_module
+from liger_aot.kernel_src.spec import ALIGN_CLASSES, KernelSpec
+from liger_aot.runtime import Kernel
+from liger_aot.runtime.device import arch_for_capability, arch_for_gcn_name
+
+REPO = Path(__file__).resolve().parents[1]
+SPECS = all_specs()
+
+
+# -- device arch rules ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("capability,arch", [
+    ((8, 0), "sm80"), ((8, 6), "sm80"), ((8, 7), "sm80"), ((8, 9), "sm80"),
+    ((9, 0), "sm90"),
+    ((7, 0), None), ((7, 5), None), ((9, 1), None), ((10, 0), None), ((12, 0), None),
+])
+def test_arch_for_capability(capability, arch):
+    assert arch_for_capability(*capability) == arch
+
+
+@pytest.mark.parametrize("name,arch", [
+    ("gfx942:sramecc+:xnack-", "gfx942"), ("gfx942", "gfx942"),
+    ("gfx90a", "gfx90a"), ("gfx90a:sramecc+:xnack-", "gfx90a"),
+    ("gfx1100", None), ("gfx908", None), ("", None),
+])
+def test_arch_for_gcn_name(name, arch):
+    assert arch_for_gcn_name(name) == arch
+
+
+# -- alignment classes ----------------------------------------------------------------------
+
+class FakeTensor:
+    """What Kernel reads from a GPU tensor: its device index and data pointer."""
+
+    def __init__(self, ptr: int, device: int = 0):
+        self.ptr, self.device = ptr, device
+
+    def get_device(self):
+        return self.device
+
+    def data_ptr(self):
+        return self.ptr
+
+
+class OnDevice:
+    """A real (CPU) tensor presented as if it were on GPU `device`."""
+
+    def __init__(self, tensor: torch.Tensor, device: int = 0):
+        self.tensor, self.device = tensor, device
+
+    def get_device(self):
+        return self.device
+
+    def data_ptr(self):
+        return self.tensor.data_ptr()
+
+
+BASE = 0x7F00_0000_0000  # 16-byte (and 4 KiB) aligned
+
+
+def base_args(spec: KernelSpec) -> list:
+    """16-byte aligned pointers, multiples of 16 for `divisible` ints, and odd values for the
+    other ints (which must not matter)."""
+    args = []
+    for i, p in enumerate(spec.params):
+        if p.kind == "ptr":
+            args.append(FakeTensor(BASE + i * 0x10_0000))
+        elif p.kind == "fp32":
+            args.append(0.5)
+        elif p.divisible:
+            args.append(4096)
+        else:
+            args.append(7)
+    return args
+
+
+def first_options(spec: KernelSpec) -> tuple:
+    return tuple((name, spec.options[name][0]) for name in sorted(spec.options))
+
+
+@pytest.fixture
+def recorder(monkeypatch):
+    """Intercept the registry lookup: every launch records the variant it ran and what it was
+    given; every lookup records (variant name, device index)."""
+    lookups, launches = [], []
+
+    def fake_find_variant(variant, device_index):
+        lookups.append((variant.name, device_index))
+
+        def launcher(grid, values, args):
+            launches.append((variant.name, grid, tuple(values), args))
+
+        return registry.Found(arch="sm90", launcher=launcher, where="fake")
+
+    monkeypatch.setattr(registry, "find_variant", fake_find_variant)
+    return lookups, launches
+
+
+def _launch(kernel, args, dtype=torch.bfloat16, config=None, options=None):
+    spec = kernel.spec
+    config = config or spec.configs[0]
+    kernel((3,), *args, dtype=dtype, config=config,
+           options=first_options(spec) if options is None else options)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_aligned_call_uses_a16_variant(spec, recorder):
+    lookups, launches = recorder
+    kernel = Kernel(spec)
+    args = base_args(spec)
+    config = spec.configs[-1]
+    _launch(kernel, args, config=config)
+    expected = spec.variant("bf16", "a16", first_options(spec), config).name
+    assert ".bf16.a16." in expected
+    assert lookups == [(expected, 0)]
+    name, grid, values, passed = launches[0]
+    assert name == expected and grid == (3,)
+    # tensors are replaced by their data pointers, everything else passed through
+    assert values == tuple(a.ptr if isinstance(a, FakeTensor) else a for a in args)
+    assert passed == tuple(args)
+    # a second call with the same classes is served from the cache
+    _launch(kernel, args, config=config)
+    assert len(lookups) == 1 and len(launches) == 2
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+@pytest.mark.parametrize("offset", [1, 2, 4, 8, 12])
+def test_misaligned_pointer_uses_any_variant(spec, offset, recorder):
+    lookups, launches = recorder
+    ptr_slots = [i for i, p in enumerate(spec.params) if p.kind == "ptr"]
+    for slot in ptr_slots:
+        kernel = Kernel(spec)
+        args = base_args(spec)
+        args[slot] = FakeTensor(args[slot].ptr + offset)
+        _launch(kernel, args)
+        assert launches[-1][0] == spec.variant("bf16", "any", first_options(spec),
+                                               spec.configs[0]).name, spec.params[slot].name
+    assert all(".bf16.any." in name for name, _ in lookups)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+@pytest.mark.parametrize("value", [1, 8, 100, 4104])
+def test_indivisible_int_uses_any_variant(spec, value, recorder):
+    lookups, launches = recorder
+    div_slots = [i for i, p in enumerate(spec.params) if p.kind != "ptr" and p.divisible]
+    for slot in div_slots:
+        kernel = Kernel(spec)
+        args = base_args(spec)
+        args[slot] = value
+        _launch(kernel, args)
+        assert ".bf16.any." in launches[-1][0], spec.params[slot].name
+    # ints not marked divisible never change the class
+    for slot in [i for i, p in enumerate(spec.params) if p.kind in ("i32", "i64")
+                 and not p.divisible]:
+        kernel = Kernel(spec)
+        args = base_args(spec)
+        args[slot] = value
+        _launch(kernel, args)
+        assert ".bf16.a16." in launches[-1][0], spec.params[slot].name
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_never_a16_on_misaligned_data(spec, recorder):
+    """Random mixes of aligned and misaligned pointers and ints through one Kernel (so its
+    launcher cache is exercised too): a16 exactly when every checked value is a multiple of
+    16."""
+    _, launches = recorder
+    rng = random.Random(f"align-{spec.name}")
+    kernel = Kernel(spec)
+    ptr_offsets = (0, 0, 0, 16, 64, 1, 2, 4, 8, 12)
+    int_values = (0, 16, 4096, 4096, 8192, 1, 2, 8, 24, 100, 4104)
+    dtypes = (torch.float32, torch.bfloat16, torch.float16)
+    names = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+    for _ in range(300):
+        args = base_args(spec)
+        checked = []
+        for i, p in enumerate(spec.params):
+            if p.kind == "ptr":
+                args[i] = FakeTensor(args[i].ptr + rng.choice(ptr_offsets))
+                checked.append(args[i].ptr)
+            elif p.divisible:
+                args[i] = rng.choice(int_values)
+                checked.append(args[i])
+        dtype = rng.choice(dtypes)
+        config = rng.choice(spec.configs)
+        _launch(kernel, args, dtype=dtype, config=config)
+        align = "a16" if all(v % 16 == 0 for v in checked) else "any"
+        assert launches[-1][0] == spec.variant(names[dtype], align, first_options(spec),
+                                               config).name
+
+
+def test_real_tensor_offsets(recorder):
+    """Real tensors (CPU memory presented as device 0): a slice one element in is
+    misaligned, a slice 16 bytes in is not."""
+    _, launches = recorder
+    spec = next(s for s in SPECS if s.name == "rms_norm_fwd")
+    kernel = Kernel(spec)
+    storage = {i: torch.zeros(4096, dtype=torch.bfloat16 if p.dtype == "{dtype}" else
+                              {"fp32": torch.float32, "i64": torch.int64}[p.dtype])
+               for i, p in enumerate(spec.params) if p.kind == "ptr"}
+    for t in storage.values():
+        assert t.data_ptr() % 16 == 0
+
+    def call(shift):
+        args = base_args(spec)
+        for i, t in storage.items():
+            args[i] = OnDevice(t[shift(i, t):])
+        _launch(kernel, args)
+        return launches[-1][0]
+
+    assert ".a16." in call(lambda i, t: 0)
+    assert ".a16." in call(lambda i, t: 16 // t.element_size())
+    first = min(storage)
+    assert ".any." in call(lambda i, t: 1 if i == first else 0)  # +2 bytes for bf16
+    assert ".any." in call(lambda i, t: 1)
+
+
+def test_device_index_reaches_the_registry(recorder):
+    lookups, _ = recorder
+    spec = SPECS[0]
+    kernel = Kernel(spec)
+    for device in (0, 1, 3):
+        args = [FakeTensor(a.ptr, device) if isinstance(a, FakeTensor) else a
+                for a in base_args(spec)]
+        _launch(kernel, args)
+    assert [d for _, d in lookups] == [0, 1, 3]
+
+
+def test_variant_names_for_both_classes():
+    spec = next(s for s in SPECS if s.name == "rms_norm_fwd")
+    config = spec.configs[0]
+    options = (("CASTING", 1),)
+    tag = config.tag
+    a16 = spec.variant("bf16", "a16", options, config).name
+    anyv = spec.variant("bf16", "any", options, config).name
+    assert a16 == f"rms_norm_fwd.bf16.a16.CASTING=1.{tag}"
+    assert anyv == f"rms_norm_fwd.bf16.any.CASTING=1.{tag}"
+    assert tag.endswith(f".w{config.num_warps}.s{config.num_stages}")
+    for k, v in config.constexprs.items():
+        assert f"{k}={v}" in tag
+
+
+# -- the specs ------------------------------------------------------------------------------
+
+def test_variant_names_unique():
+    names = [v.name for spec in SPECS for v in spec.variants()]
+    assert len(names) == len(set(names))
+    assert len({s.name for s in SPECS}) == len(SPECS)
+    for spec in SPECS:
+        n_options = 1
+        for values in spec.options.values():
+            n_options *= len(values)
+        assert sum(1 for _ in spec.variants()) == (len(spec.dtypes) * len(ALIGN_CLASSES)
+                                                  * n_options * len(spec.configs))
+
+
+def test_specs_are_well_formed():
+    for spec in SPECS:
+        assert spec.configs, spec.name
+        assert any(p.kind == "ptr" for p in spec.params), spec.name
+        assert len({p.name for p in spec.params}) == len(spec.params), spec.name
+        assert spec.type_string.endswith("PP")
+        assert len({id(c) for c in spec.configs}) == len(spec.configs)
+        assert len({c.tag for c in spec.configs}) == len(spec.configs), spec.name
+        assert spec.source_path().endswith(f"{spec.family}/kernels.py")
+        assert Path(spec.source_path()).is_file()
+
+
+SWEEP = range(1, 300_001)
+# arguments for rules of several sizes (rows, cols, multiprocessor count, ...)
+GRID_VALUES = sorted({1, 2, 3, 7, 15, 16, 17, 100, 127, 128, 129, 1000, 2047, 2048, 2049,
+                      4095, 4096, 4097, 8191, 8192, 8193, 16383, 16384, 16385, 32768,
+                      65536, 131072, 262144, 300000} | {4 * k for k in (1, 27, 66, 132, 304)})
+
+
+def _sweep(rule):
+    n = len(inspect.signature(rule).parameters)
+    if n == 1:
+        return (rule(x) for x in SWEEP)
+    return (rule(*xs) for xs in itertools.product(GRID_VALUES, repeat=n))
+
+
+def _family_rules():
+    """(family, function name, function) for every select*config function of every family."""
+    for family in FAMILIES:
+        module = family_spec_module(family)
+        for name, fn in vars(module).items():
+            if name.startswith("select") and name.endswith("config") and callable(fn):
+                yield family, name, fn
+
+
+def test_rms_norm_rules_pick_compiled_configs():
+    module = family_spec_module("rms_norm")
+    fwd = {id(c) for c in module.FWD.configs}
+    bwd = {id(c) for c in module.BWD.configs}
+    chosen_fwd = {id(module.select_config(n)) for n in SWEEP}
+    chosen_bwd = {id(module.select_bwd_config(n)) for n in SWEEP}
+    assert chosen_fwd <= fwd
+    assert chosen_bwd <= bwd
+    assert chosen_fwd == fwd and chosen_bwd == bwd  # and no config is compiled for nothing
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_spec_rule_picks_compiled_configs(spec):
+    if spec.rule is None:
+        pytest.skip(f"{spec.name} has no rule")
+    allowed = {id(c) for c in spec.configs}
+    chosen = set()
+    for config in _sweep(spec.rule):
+        assert id(config) in allowed, (spec.name, config.tag)
+        chosen.add(id(config))
+    assert chosen, spec.name
+
+
+def test_every_family_rule_picks_compiled_configs():
+    """Every select*config function of every family (also those used only by an op, not as a
+    spec's rule) returns a config one of the family's specs compiles."""
+    seen = 0
+    for family, name, fn in _family_rules():
+        module = family_spec_module(family)
+        allowed = {id(c) for spec in module.SPECS for c in spec.configs}
+        for config in _sweep(fn):
+            assert id(config) in allowed, (family, name, config.tag)
+        seen += 1
+    assert seen >= len(FAMILIES)
+
+
+# -- the runtime path never imports triton --------------------------------------------------
+
+NO_TRITON = textwrap.dedent(r"""
+    import ctypes, importlib.abc, os, sys, traceback
+
+    repo = sys.argv[1]
+    attempts = []
+
+    class BlockTriton(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "triton" or name.startswith("triton."):
+                stack = [f.filename for f in traceback.extract_stack()]
+                attempts.append((name, [f for f in stack if f.startswith(repo)]))
+                raise ImportError(f"test: import of {name} blocked")
+            return None
+
+    sys.meta_path.insert(0, BlockTriton())
+
+    loaded = []
+    real_init = ctypes.CDLL.__init__
+
+    def recording_init(self, name, *args, **kwargs):
+        loaded.append(str(name))
+        return real_init(self, name, *args, **kwargs)
+
+    ctypes.CDLL.__init__ = recording_init  # PyDLL is a CDLL subclass
+
+    import liger_aot, liger_aot.ops, liger_aot.runtime.registry, liger_aot.runtime.driver
+    import liger_aot.runtime, liger_aot.runtime.kernel, liger_aot.runtime.device
+    import liger_aot.kernel_src, liger_aot.artifact_format
+    import importlib, pkgutil
+    ops = [m.name for m in pkgutil.iter_modules(liger_aot.ops.__path__, "liger_aot.ops.")]
+    for name in ops:  # every op module, not only what liger_aot.ops imports itself
+        importlib.import_module(name)
+    from liger_aot.kernel_src import all_specs
+    from liger_aot.runtime import driver
+
+    specs = all_specs()
+    assert "triton" not in sys.modules, "triton was imported"
+    ours = [a for a in attempts if a[1]]
+    assert not ours, f"liger_aot tried to import triton: {ours}"
+    assert driver._api is None, "the driver API was opened at import"
+    gpu_libs = [n for n in loaded if "cuda" in n or "hip" in n]
+    assert not gpu_libs, f"GPU driver libraries loaded at import: {gpu_libs}"
+    with open("/proc/self/maps") as f:
+        maps = f.read()
+    assert "libcuda" not in maps and "libamdhip64" not in maps
+    print("OK", len(specs), len(ops), len(attempts))
+""")
+
+
+def test_runtime_imports_without_triton(tmp_path):
+    env = {k: v for k, v in __import__("os").environ.items()
+           if k not in ("TRITON_INTERPRET", "PYTHONPATH")}
+    env["PYTHONPATH"] = str(REPO)
+    res = subprocess.run([sys.executable, "-c", NO_TRITON, str(REPO)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.startswith("OK"), res.stdout

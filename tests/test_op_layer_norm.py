@@ -1,0 +1,155 @@
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from liger_aot.kernel_src.layer_norm import spec
+from liger_aot.ops import layer_norm as ln_mod
+from liger_aot.ops.layer_norm import layer_norm
+from liger_aot.transformers.norms import LigerLayerNorm
+
+TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-2}
+
+
+def rel_err(out, ref):
+    out, ref = out.double(), ref.double()
+    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def check(x, w, b, eps=1e-5):
+    """Forward and backward of layer_norm against float64 PyTorch."""
+    dtype = x.dtype
+    x = x.detach().requires_grad_()
+    w = w.detach().requires_grad_()
+    b = b.detach().requires_grad_() if b is not None else None
+    y = layer_norm(x, w, b, eps)
+    assert y.shape == x.shape and y.dtype == dtype
+    g = torch.randn(y.shape, dtype=dtype)
+    y.backward(g)
+    x64 = x.detach().double().requires_grad_()
+    w64 = w.detach().double().requires_grad_()
+    b64 = b.detach().double().requires_grad_() if b is not None else None
+    ref = F.layer_norm(x64, (x.shape[-1],), w64, b64, eps)
+    ref.backward(g.double())
+    tol = TOL[dtype]
+    assert rel_err(y, ref) < tol
+    assert rel_err(x.grad, x64.grad) < tol
+    assert rel_err(w.grad, w64.grad) < tol
+    assert w.grad.dtype == w.dtype
+    if b is not None:
+        assert rel_err(b.grad, b64.grad) < tol
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(7, 100), (2, 3, 300), (3, 3000)])
+def test_layer_norm(shape, bias, dtype):
+    torch.manual_seed(0)
+    n = shape[-1]
+    check(torch.randn(shape, dtype=dtype) + 2, torch.randn(n, dtype=dtype),
+          torch.randn(n, dtype=dtype) if bias else None)
+
+
+@pytest.mark.parametrize("n", [9000, 17000])  # looped backward; looped forward and backward
+def test_layer_norm_long_rows(n):
+    torch.manual_seed(1)
+    # a large mean: the looped forward's shifted sums must not cancel
+    check(torch.randn(2, n) * 0.5 + 50, torch.randn(n), torch.randn(n))
+
+
+def test_layer_norm_strided_transposed_misaligned():
+    torch.manual_seed(2)
+    check(torch.randn(5, 2 * 96)[:, :96], torch.randn(96), torch.randn(96))
+    check(torch.randn(40, 6).t(), torch.randn(40), None)
+    x = torch.randn(4 * 100 + 1, dtype=torch.bfloat16)[1:].view(4, 100)
+    w = torch.randn(101, dtype=torch.bfloat16)[1:]
+    b = torch.randn(101, dtype=torch.bfloat16)[1:]
+    assert x.data_ptr() % 16 != 0
+    check(x, w, b)
+
+
+def test_layer_norm_mixed_param_dtype():
+    torch.manual_seed(3)
+    x = torch.randn(6, 64, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(64, requires_grad=True)
+    b = torch.randn(64, requires_grad=True)
+    layer_norm(x, w, b).sum().backward()
+    assert w.grad.dtype == b.grad.dtype == torch.float32
+
+
+@pytest.mark.parametrize("shape", [(0, 64), (3, 0)])
+def test_layer_norm_empty(shape):
+    x = torch.randn(shape, requires_grad=True)
+    w = torch.randn(shape[-1], requires_grad=True)
+    b = torch.randn(shape[-1], requires_grad=True)
+    y = layer_norm(x, w, b)
+    assert y.shape == x.shape
+    y.sum().backward()
+    assert x.grad.shape == x.shape
+    assert torch.equal(w.grad, torch.zeros_like(w)) and torch.equal(b.grad, torch.ones_like(b)
+                                                                    * shape[0])
+
+
+def test_layer_norm_nan_propagates():
+    x = torch.randn(3, 32)
+    x[1, 5] = float("nan")
+    y = layer_norm(x, torch.ones(32), torch.zeros(32))
+    assert torch.isnan(y[1]).all() and not torch.isnan(y[0]).any()
+
+
+def test_layer_norm_bad_inputs():
+    x, w = torch.randn(4, 8), torch.randn(8)
+    with pytest.raises(ValueError, match="weight must have shape"):
+        layer_norm(x, torch.randn(9))
+    with pytest.raises(ValueError, match="bias must have shape"):
+        layer_norm(x, w, torch.randn(2, 8))
+    with pytest.raises(TypeError, match="bias must be float32"):
+        layer_norm(x, w, torch.ones(8, dtype=torch.int64))
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+        layer_norm(None, w)
+    with pytest.raises(ValueError, match="one device"):
+        layer_norm(x, torch.randn(8, device="meta"))
+    with pytest.raises(ValueError, match="at least one dimension"):
+        layer_norm(torch.tensor(1.0), w)
+
+
+def test_layer_norm_compile_matches_eager():
+    torch.manual_seed(4)
+    x, w, b, g = torch.randn(2, 5, 72), torch.randn(72), torch.randn(72), torch.randn(2, 5, 72)
+    results = []
+    for f in (layer_norm, torch.compile(layer_norm, fullgraph=True, backend="aot_eager")):
+        xr, wr, br = (t.clone().requires_grad_() for t in (x, w, b))
+        y = f(xr, wr, br, 1e-5)
+        y.backward(g)
+        results.append((y.detach(), xr.grad, wr.grad, br.grad))
+    for a, c in zip(*results):
+        torch.testing.assert_close(a, c, rtol=1e-6, atol=1e-6)
+
+
+def test_layer_norm_opcheck():
+    torch.manual_seed(5)
+    x, w, b = (torch.randn(3, 40, requires_grad=True), torch.randn(40, requires_grad=True),
+               torch.randn(40, requires_grad=True))
+    torch.library.opcheck(ln_mod.layer_norm_fwd_op, (x, w, b, 1e-5))
+    torch.library.opcheck(ln_mod.layer_norm_fwd_op, (x, w, None, 1e-5))
+    _, mean, rstd = ln_mod.layer_norm_fwd_op(x.detach(), w.detach(), b.detach(), 1e-5)
+    torch.library.opcheck(ln_mod.layer_norm_bwd_op,
+                          (torch.randn(3, 40), x.detach(), w.detach(), mean, rstd))
+
+
+def test_layer_norm_variants():
+    assert sum(len(list(s.variants())) for s in spec.SPECS) == 48
+
+
+def test_liger_layer_norm_module():
+    torch.manual_seed(6)
+    m = LigerLayerNorm(64)
+    assert torch.equal(m.weight, torch.ones(64)) and torch.equal(m.bias, torch.zeros(64))
+    assert m.eps == 1e-6
+    x = torch.randn(3, 64)
+    torch.testing.assert_close(m(x), F.layer_norm(x, (64,), m.weight, m.bias, 1e-6))
+    assert LigerLayerNorm(8, bias=True).bias.abs().sum() > 0
+    assert torch.equal(LigerLayerNorm(8, init_fn="zeros").weight, torch.zeros(8))

@@ -52,7 +52,9 @@ def _environ(**values):
 
 
 def _session_triton_cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.getbasetemp() / "triton-cache"
+    """A Triton cache the caller chose (CI exports a fresh one), else one for this session."""
+    chosen = os.environ.get("TRITON_CACHE_DIR")
+    return Path(chosen) if chosen else tmp_path_factory.getbasetemp() / "triton-cache"
 
 
 def _shared_build(tmp_path_factory, archs):
@@ -65,7 +67,8 @@ def _shared_build(tmp_path_factory, archs):
                       LIGER_AOT_CACHE_DIR=base / "liger-aot-cache"):
             messages = []
             try:
-                results = aot.build(list(archs), str(root), jobs=2, log=messages.append)
+                results = aot.build(list(archs), str(root), jobs=max(2, os.cpu_count() or 1),
+                                    log=messages.append)
             except Exception as e:
                 raise AssertionError(f"the shared build failed: {e}\n" + "\n".join(messages))
     return root, results

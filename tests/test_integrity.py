@@ -52,11 +52,13 @@ def _shared_build(tmp_path_factory, archs):
     base = tmp_path_factory.getbasetemp()
     root = base / "liger-aot-shared"
     with FileLock(str(base / "liger-aot-shared.lock")):
-        with _environ(TRITON_CACHE_DIR=base / "triton-cache",
-                      LIGER_AOT_CACHE_DIR=base / "liger-aot-cache"):
+        # the Triton cache the caller chose (CI exports a fresh one), else the session's
+        triton_cache = os.environ.get("TRITON_CACHE_DIR") or base / "triton-cache"
+        with _environ(TRITON_CACHE_DIR=triton_cache, LIGER_AOT_CACHE_DIR=base / "liger-aot-cache"):
             messages = []
             try:
-                results = aot.build(list(archs), str(root), jobs=2, log=messages.append)
+                results = aot.build(list(archs), str(root), jobs=max(2, os.cpu_count() or 1),
+                                    log=messages.append)
             except Exception as e:
                 raise AssertionError(f"the shared build failed: {e}\n" + "\n".join(messages))
     return root, results

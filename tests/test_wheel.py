@@ -49,11 +49,13 @@ def _shared_build(tmp_path_factory, archs):
     base = tmp_path_factory.getbasetemp()
     root = base / "liger-aot-shared"
     with FileLock(str(base / "liger-aot-shared.lock")):
-        with _environ(TRITON_CACHE_DIR=base / "triton-cache",
-                      LIGER_AOT_CACHE_DIR=base / "liger-aot-cache"):
+        # the Triton cache the caller chose (CI exports a fresh one), else the session's
+        triton_cache = os.environ.get("TRITON_CACHE_DIR") or base / "triton-cache"
+        with _environ(TRITON_CACHE_DIR=triton_cache, LIGER_AOT_CACHE_DIR=base / "liger-aot-cache"):
             messages = []
             try:
-                results = aot.build(list(archs), str(root), jobs=2, log=messages.append)
+                results = aot.build(list(archs), str(root), jobs=max(2, os.cpu_count() or 1),
+                                    log=messages.append)
             except Exception as e:
                 raise AssertionError(f"the shared build failed: {e}\n" + "\n".join(messages))
     return root, results
@@ -93,7 +95,8 @@ def wheels(tmp_path_factory):
     out = tmp / "wheels"
     env = _clean_env(tmp)
     env["PYTHONPATH"] = str(REPO)
-    env["TRITON_CACHE_DIR"] = str(tmp_path_factory.getbasetemp() / "triton-cache")
+    env["TRITON_CACHE_DIR"] = (os.environ.get("TRITON_CACHE_DIR")
+                               or str(tmp_path_factory.getbasetemp() / "triton-cache"))
     res = _run([sys.executable, "-m", "liger_aot", "wheel", "--arch", ",".join(ARCHS),
                 "--out", out, "--build-dir", build_dir, "--jobs", "2"], env, tmp)
     return out, build_dir, res.stdout

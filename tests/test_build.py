@@ -5,7 +5,6 @@ One full build of all four archs is shared by the whole session (see `shared`); 
 change a set work on a copy. Builds use a session Triton cache under the pytest temp dir,
 never ~/.triton or ~/.cache, and the CLI runs with LIGER_AOT_CACHE_DIR in the temp dir.
 """
-import contextlib
 import hashlib
 import importlib.util
 import json
@@ -29,61 +28,24 @@ from liger_aot.cli import main as cli_main
 from liger_aot.kernel_src import all_specs
 from liger_aot.kernel_src.spec import HIDDEN_PARAMS, family_source_sha256
 
+from _artifacts import environ, session_triton_cache, shared_build
+
 REPO = Path(__file__).resolve().parents[1]
 ALL_ARCHS = ("sm80", "sm90", "gfx90a", "gfx942")
 VARIANTS = {v.name: v for spec in all_specs() for v in spec.variants()}
 N_VARIANTS = len(VARIANTS)
 
 
-# -- shared build (same helper in test_integrity.py and test_wheel.py) ----------------------
-
-@contextlib.contextmanager
-def _environ(**values):
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update({k: str(v) for k, v in values.items()})
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def _session_triton_cache(tmp_path_factory) -> Path:
-    """A Triton cache the caller chose (CI exports a fresh one), else one for this session."""
-    chosen = os.environ.get("TRITON_CACHE_DIR")
-    return Path(chosen) if chosen else tmp_path_factory.getbasetemp() / "triton-cache"
-
-
-def _shared_build(tmp_path_factory, archs):
-    """Build `archs` into the session's shared artifact root (a no-op for archs another
-    module already built). Returns (root, [ArchResult])."""
-    base = tmp_path_factory.getbasetemp()
-    root = base / "liger-aot-shared"
-    with FileLock(str(base / "liger-aot-shared.lock")):
-        with _environ(TRITON_CACHE_DIR=_session_triton_cache(tmp_path_factory),
-                      LIGER_AOT_CACHE_DIR=base / "liger-aot-cache"):
-            messages = []
-            try:
-                results = aot.build(list(archs), str(root), jobs=max(2, os.cpu_count() or 1),
-                                    log=messages.append)
-            except Exception as e:
-                raise AssertionError(f"the shared build failed: {e}\n" + "\n".join(messages))
-    return root, results
-
-
 @pytest.fixture(scope="session")
 def shared(tmp_path_factory):
-    root, results = _shared_build(tmp_path_factory, ALL_ARCHS)
+    root, results = shared_build(tmp_path_factory, ALL_ARCHS)
     return root, {r.arch: r for r in results}
 
 
 def _build(tmp_path_factory, archs, out, log=None):
     """An in-process build with the session Triton cache (warm after `shared`)."""
     messages = []
-    with _environ(TRITON_CACHE_DIR=_session_triton_cache(tmp_path_factory)):
+    with environ(TRITON_CACHE_DIR=session_triton_cache(tmp_path_factory)):
         results = aot.build(list(archs), str(out), jobs=2, log=log or messages.append)
     return results, messages
 
@@ -93,7 +55,7 @@ def _cli_env(tmp_path_factory, triton_cache=None) -> dict:
     env["PYTHONPATH"] = str(REPO)
     env["LIGER_AOT_CACHE_DIR"] = str(tmp_path_factory.getbasetemp() / "liger-aot-cache")
     env["LIGER_AOT_IGNORE_CACHE"] = "1"
-    env["TRITON_CACHE_DIR"] = str(triton_cache or _session_triton_cache(tmp_path_factory))
+    env["TRITON_CACHE_DIR"] = str(triton_cache or session_triton_cache(tmp_path_factory))
     env.pop("LIGER_AOT_ARTIFACT_DIR", None)
     return env
 

@@ -4,7 +4,6 @@ missing (JIT fallback, or MissingVariantError in strict mode), never an exceptio
 
 Works on a copy of a built sm90 set (LIGER_AOT_ARTIFACT_DIR), with the device probe and the
 driver replaced by fakes, so no GPU is needed."""
-import contextlib
 import json
 import os
 import shutil
@@ -14,15 +13,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from filelock import FileLock
 
 import liger_aot.runtime.driver as driver
 import liger_aot.runtime.kernel as kernel_mod
 import liger_aot.runtime.registry as registry
-from liger_aot.build_tools import aot
 from liger_aot.cli import main as cli_main
 from liger_aot.kernel_src import all_specs
 from liger_aot.runtime import Kernel, MissingVariantError
+
+from _artifacts import shared_build
 
 pytestmark = pytest.mark.slow  # needs a build of sm90 and sm80 (shared with test_build.py)
 
@@ -32,41 +31,9 @@ CONFIG = SPEC.configs[0]
 VARIANT = SPEC.variant("bf16", "a16", OPTIONS, CONFIG)
 
 
-# -- shared build (same helper in test_build.py and test_wheel.py) --------------------------
-
-@contextlib.contextmanager
-def _environ(**values):
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update({k: str(v) for k, v in values.items()})
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def _shared_build(tmp_path_factory, archs):
-    base = tmp_path_factory.getbasetemp()
-    root = base / "liger-aot-shared"
-    with FileLock(str(base / "liger-aot-shared.lock")):
-        # the Triton cache the caller chose (CI exports a fresh one), else the session's
-        triton_cache = os.environ.get("TRITON_CACHE_DIR") or base / "triton-cache"
-        with _environ(TRITON_CACHE_DIR=triton_cache, LIGER_AOT_CACHE_DIR=base / "liger-aot-cache"):
-            messages = []
-            try:
-                results = aot.build(list(archs), str(root), jobs=max(2, os.cpu_count() or 1),
-                                    log=messages.append)
-            except Exception as e:
-                raise AssertionError(f"the shared build failed: {e}\n" + "\n".join(messages))
-    return root, results
-
-
 @pytest.fixture(scope="session")
 def built(tmp_path_factory):
-    root, _ = _shared_build(tmp_path_factory, ("sm80", "sm90"))
+    root, _ = shared_build(tmp_path_factory, ("sm80", "sm90"))
     return root
 
 

@@ -2,7 +2,6 @@
 are well-formed (RECORD, METADATA, entry points), reproducible, install side by side into a
 fresh venv, and the installed package finds, verifies and runs its kernels from there."""
 import base64
-import contextlib
 import csv
 import hashlib
 import io
@@ -15,11 +14,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from filelock import FileLock
 
 import liger_aot
-from liger_aot.build_tools import aot
 from liger_aot.kernel_src import FAMILIES, all_specs
+
+from _artifacts import session_triton_cache, shared_build
 
 pytestmark = pytest.mark.slow  # builds artifacts (shared with test_build.py) and a venv
 
@@ -27,38 +26,6 @@ REPO = Path(__file__).resolve().parents[1]
 ARCHS = ("sm90", "sm80")
 VERSION = liger_aot.__version__
 N_VARIANTS = sum(1 for spec in all_specs() for _ in spec.variants())
-
-
-# -- shared build (same helper in test_build.py and test_integrity.py) ----------------------
-
-@contextlib.contextmanager
-def _environ(**values):
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update({k: str(v) for k, v in values.items()})
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def _shared_build(tmp_path_factory, archs):
-    base = tmp_path_factory.getbasetemp()
-    root = base / "liger-aot-shared"
-    with FileLock(str(base / "liger-aot-shared.lock")):
-        # the Triton cache the caller chose (CI exports a fresh one), else the session's
-        triton_cache = os.environ.get("TRITON_CACHE_DIR") or base / "triton-cache"
-        with _environ(TRITON_CACHE_DIR=triton_cache, LIGER_AOT_CACHE_DIR=base / "liger-aot-cache"):
-            messages = []
-            try:
-                results = aot.build(list(archs), str(root), jobs=max(2, os.cpu_count() or 1),
-                                    log=messages.append)
-            except Exception as e:
-                raise AssertionError(f"the shared build failed: {e}\n" + "\n".join(messages))
-    return root, results
 
 
 # -- fixtures -------------------------------------------------------------------------------
@@ -87,7 +54,7 @@ def _run(cmd, env, cwd, timeout=600):
 def wheels(tmp_path_factory):
     """Run `liger-aot wheel --arch sm90,sm80` (on a copy of the shared build, so the build
     step is incremental) and return (wheel dir, build dir, its output)."""
-    shared, _ = _shared_build(tmp_path_factory, ARCHS)
+    shared, _ = shared_build(tmp_path_factory, ARCHS)
     tmp = tmp_path_factory.mktemp("wheel")
     build_dir = tmp / "build"
     for arch in ARCHS:
@@ -95,8 +62,7 @@ def wheels(tmp_path_factory):
     out = tmp / "wheels"
     env = _clean_env(tmp)
     env["PYTHONPATH"] = str(REPO)
-    env["TRITON_CACHE_DIR"] = (os.environ.get("TRITON_CACHE_DIR")
-                               or str(tmp_path_factory.getbasetemp() / "triton-cache"))
+    env["TRITON_CACHE_DIR"] = str(session_triton_cache(tmp_path_factory))
     res = _run([sys.executable, "-m", "liger_aot", "wheel", "--arch", ",".join(ARCHS),
                 "--out", out, "--build-dir", build_dir, "--jobs", "2"], env, tmp)
     return out, build_dir, res.stdout

@@ -1,24 +1,10 @@
 """Variant specs for the generalized JSD and the fused-linear JSD row kernel: see kernels.py."""
 from ..spec import Config, KernelSpec, Param
+from ..tiles import grid, row_tile_configs, row_tile_rule  # noqa: F401 (grid: for the ops)
 
-# jsd: tiles of 2048 elements on 4 warps; short rows stack several rows per tile.
-CONFIGS = (
-    Config({"BLOCK_M": 16, "BLOCK_N": 128}, num_warps=4),
-    Config({"BLOCK_M": 4, "BLOCK_N": 512}, num_warps=4),
-    Config({"BLOCK_M": 1, "BLOCK_N": 2048}, num_warps=4),
-)
-
-
-def select_config(n_cols: int) -> Config:
-    for config in CONFIGS[:-1]:
-        if n_cols <= config.constexprs["BLOCK_N"]:
-            return config
-    return CONFIGS[-1]
-
-
-def grid(n_rows: int, n_cols: int, config: Config) -> tuple:
-    bm, bn = config.constexprs["BLOCK_M"], config.constexprs["BLOCK_N"]
-    return ((n_rows + bm - 1) // bm, (n_cols + bn - 1) // bn)
+# jsd: the shared row tiles (see tiles.py).
+CONFIGS = row_tile_configs()
+select_config = row_tile_rule(CONFIGS)
 
 
 # fused_linear_jsd_rows: one row per program streamed in BLOCK_V chunks, the layout the

@@ -1,25 +1,9 @@
 """Variant spec for KL divergence: see kernels.py for the math."""
-from ..spec import Config, KernelSpec, Param
+from ..spec import KernelSpec, Param
+from ..tiles import grid, row_tile_configs, row_tile_rule  # noqa: F401 (grid: for the ops)
 
-# Tiles of 2048 elements on 4 warps (16 per thread: two 16-byte loads per operand in
-# bf16). Short rows stack several rows per tile so few lanes are masked.
-CONFIGS = (
-    Config({"BLOCK_M": 16, "BLOCK_N": 128}, num_warps=4),
-    Config({"BLOCK_M": 4, "BLOCK_N": 512}, num_warps=4),
-    Config({"BLOCK_M": 1, "BLOCK_N": 2048}, num_warps=4),
-)
-
-
-def select_config(n_cols: int) -> Config:
-    for config in CONFIGS[:-1]:
-        if n_cols <= config.constexprs["BLOCK_N"]:
-            return config
-    return CONFIGS[-1]
-
-
-def grid(n_rows: int, n_cols: int, config: Config) -> tuple:
-    bm, bn = config.constexprs["BLOCK_M"], config.constexprs["BLOCK_N"]
-    return ((n_rows + bm - 1) // bm, (n_cols + bn - 1) // bn)
+CONFIGS = row_tile_configs()
+select_config = row_tile_rule(CONFIGS)
 
 
 FWD = KernelSpec(

@@ -13,6 +13,7 @@ from liger_aot.kernel_src.softmax import spec
 from liger_aot.runtime import Kernel
 
 from ._common import check_float, multiprocessor_count, row_stride, rows_view
+from ._rowop import RowOp, normalize_dim, over_dim
 
 _fwd = Kernel(spec.FWD)
 _bwd = Kernel(spec.BWD)
@@ -63,92 +64,14 @@ def softmax_backward(dy, y2):
     return dx
 
 
-def _last_dim_forward(x):
-    """softmax over x's last dim (x at least 1-D); the result is contiguous, x's shape."""
-    if x.numel() == 0:
-        return torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    return softmax_forward(rows_view("x", x, x.shape[-1])).view(x.shape)
-
-
-def _last_dim_backward(dy, y):
-    if y.numel() == 0:
-        return torch.empty(y.shape, dtype=y.dtype, device=y.device)
-    return softmax_backward(dy, rows_view("y", y, y.shape[-1])).view(y.shape)
-
-
-class SoftmaxFunction(torch.autograd.Function):
-    """Softmax over the last dim of x (at least 1-D)."""
-
-    @staticmethod
-    def forward(ctx, x):
-        y = _last_dim_forward(x)
-        ctx.save_for_backward(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        (y,) = ctx.saved_tensors
-        return _last_dim_backward(dy, y)
-
-
-@torch.library.custom_op("liger_aot::softmax_fwd", mutates_args=())
-def softmax_fwd_op(x: torch.Tensor) -> torch.Tensor:
-    return _last_dim_forward(x)
-
-
-@softmax_fwd_op.register_fake
-def _(x):
-    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
-
-
-@torch.library.custom_op("liger_aot::softmax_bwd", mutates_args=())
-def softmax_bwd_op(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return _last_dim_backward(dy, y)
-
-
-@softmax_bwd_op.register_fake
-def _(dy, y):
-    return torch.empty(y.shape, dtype=y.dtype, device=y.device)
-
-
-def _setup_context(ctx, inputs, output):
-    ctx.save_for_backward(output)
-
-
-def _backward(ctx, dy):
-    (y,) = ctx.saved_tensors
-    return softmax_bwd_op(dy, y)
-
-
-softmax_fwd_op.register_autograd(_backward, setup_context=_setup_context)
-
-
-def normalize_dim(x: torch.Tensor, dim) -> int:
-    ndim = max(x.dim(), 1)
-    if isinstance(dim, bool) or not isinstance(dim, int) or not -ndim <= dim < ndim:
-        raise ValueError(f"dim must be an int in [{-ndim}, {ndim - 1}] for x of shape "
-                         f"{tuple(x.shape)}, got {dim!r}")
-    return dim % ndim
-
-
-def over_dim(fn, x, dim):
-    """fn (a last-dim op) applied over dimension `dim` of x."""
-    if x.dim() == 0:
-        return fn(x.reshape(1)).reshape(())
-    dim = normalize_dim(x, dim)
-    if dim == x.dim() - 1:
-        return fn(x)
-    return fn(x.movedim(dim, -1)).movedim(-1, dim)
-
-
-def _softmax_last(x):
-    if torch.compiler.is_compiling():
-        return softmax_fwd_op(x)
-    return SoftmaxFunction.apply(x)
+_op = RowOp("softmax", softmax_forward, softmax_backward)
+SoftmaxFunction = _op.Function
+softmax_fwd_op = _op.fwd_op
+softmax_bwd_op = _op.bwd_op
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """torch.softmax(x, dim) for float32, bfloat16 or float16 x (result in x's dtype)."""
     check_float("x", x)
     normalize_dim(x, dim)
-    return over_dim(_softmax_last, x, dim)
+    return over_dim(_op.last, x, dim)

@@ -12,7 +12,7 @@ from liger_aot.kernel_src.sparsemax import spec
 from liger_aot.runtime import Kernel
 
 from ._common import check_float, row_stride, rows_view
-from .softmax import normalize_dim, over_dim
+from ._rowop import RowOp, normalize_dim, over_dim
 
 _fwd = Kernel(spec.FWD)
 _bwd = Kernel(spec.BWD)
@@ -40,70 +40,10 @@ def sparsemax_backward(dy, y2):
     return dx
 
 
-def _last_dim_forward(x):
-    """sparsemax over x's last dim (x at least 1-D); the result is contiguous, x's shape."""
-    if x.numel() == 0:
-        return torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    return sparsemax_forward(rows_view("x", x, x.shape[-1])).view(x.shape)
-
-
-def _last_dim_backward(dy, y):
-    if y.numel() == 0:
-        return torch.empty(y.shape, dtype=y.dtype, device=y.device)
-    return sparsemax_backward(dy, rows_view("y", y, y.shape[-1])).view(y.shape)
-
-
-class SparsemaxFunction(torch.autograd.Function):
-    """Sparsemax over the last dim of x (at least 1-D)."""
-
-    @staticmethod
-    def forward(ctx, x):
-        y = _last_dim_forward(x)
-        ctx.save_for_backward(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        (y,) = ctx.saved_tensors
-        return _last_dim_backward(dy, y)
-
-
-@torch.library.custom_op("liger_aot::sparsemax_fwd", mutates_args=())
-def sparsemax_fwd_op(x: torch.Tensor) -> torch.Tensor:
-    return _last_dim_forward(x)
-
-
-@sparsemax_fwd_op.register_fake
-def _(x):
-    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
-
-
-@torch.library.custom_op("liger_aot::sparsemax_bwd", mutates_args=())
-def sparsemax_bwd_op(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return _last_dim_backward(dy, y)
-
-
-@sparsemax_bwd_op.register_fake
-def _(dy, y):
-    return torch.empty(y.shape, dtype=y.dtype, device=y.device)
-
-
-def _setup_context(ctx, inputs, output):
-    ctx.save_for_backward(output)
-
-
-def _backward(ctx, dy):
-    (y,) = ctx.saved_tensors
-    return sparsemax_bwd_op(dy, y)
-
-
-sparsemax_fwd_op.register_autograd(_backward, setup_context=_setup_context)
-
-
-def _sparsemax_last(x):
-    if torch.compiler.is_compiling():
-        return sparsemax_fwd_op(x)
-    return SparsemaxFunction.apply(x)
+_op = RowOp("sparsemax", sparsemax_forward, sparsemax_backward)
+SparsemaxFunction = _op.Function
+sparsemax_fwd_op = _op.fwd_op
+sparsemax_bwd_op = _op.bwd_op
 
 
 def sparsemax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -111,4 +51,4 @@ def sparsemax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     float32, bfloat16 or float16 x; the result has x's dtype and sums to 1 over `dim`."""
     check_float("x", x)
     normalize_dim(x, dim)
-    return over_dim(_sparsemax_last, x, dim)
+    return over_dim(_op.last, x, dim)

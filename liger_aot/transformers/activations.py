@@ -22,17 +22,22 @@ def _check_silu(config):
                          f"be one of {list(_SILU)} for a SwiGLU MLP")
 
 
+def _gated_projections(module, config, intermediate_size):
+    """The config attributes and the gate_proj / up_proj / down_proj layers of a gated MLP."""
+    module.config = config
+    module.hidden_size = config.hidden_size
+    module.intermediate_size = intermediate_size
+    module.gate_proj = nn.Linear(module.hidden_size, intermediate_size, bias=False)
+    module.up_proj = nn.Linear(module.hidden_size, intermediate_size, bias=False)
+    module.down_proj = nn.Linear(intermediate_size, module.hidden_size, bias=False)
+
+
 class LigerSwiGLUMLP(nn.Module):
     """Llama / Mistral / Qwen2 MLP: down_proj(silu(gate_proj(x)) * up_proj(x))."""
 
     def __init__(self, config):
         super().__init__()
-        self.config = config
-        self.hidden_size = config.hidden_size
-        self.intermediate_size = config.intermediate_size
-        self.gate_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(self.intermediate_size, self.hidden_size, bias=False)
+        _gated_projections(self, config, config.intermediate_size)
         _check_silu(config)
 
     def forward(self, x):
@@ -78,13 +83,8 @@ class LigerQwen3MoeSwiGLUMLP(nn.Module):
 
     def __init__(self, config, intermediate_size=None):
         super().__init__()
-        self.config = config
-        self.hidden_size = config.hidden_size
-        self.intermediate_size = (intermediate_size if intermediate_size is not None
-                                  else config.intermediate_size)
-        self.gate_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(self.intermediate_size, self.hidden_size, bias=False)
+        _gated_projections(self, config, intermediate_size if intermediate_size is not None
+                           else config.intermediate_size)
         _check_silu(config)
 
     def forward(self, x):
@@ -98,12 +98,7 @@ class LigerGEGLUMLP(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        self.config = config
-        self.hidden_size = config.hidden_size
-        self.intermediate_size = config.intermediate_size
-        self.gate_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(self.hidden_size, self.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(self.intermediate_size, self.hidden_size, bias=False)
+        _gated_projections(self, config, config.intermediate_size)
 
     def forward(self, x):
         return self.down_proj(geglu(self.gate_proj(x), self.up_proj(x)))

@@ -36,7 +36,7 @@ def col_blocks(n_cols: int, config: Config) -> int:
 FWD = KernelSpec(
     name="dyt_fwd", family="dyt", function="dyt_fwd",
     params=(Param("Y", "ptr"), Param("X", "ptr"), Param("ALPHA", "ptr"), Param("GAMMA", "ptr"),
-            Param("BETA", "ptr"), Param("n_rows", "i32"), Param("n_cols", "i32"),
+            Param("BETA", "ptr"), Param("n_rows", "i32"), Param("n_cols", "i32", divisible=True),
             Param("stride_y", "i64", divisible=True), Param("stride_x", "i64", divisible=True),
             Param("has_beta", "i32")),
     configs=CONFIGS, rule=select_config,
@@ -48,7 +48,7 @@ BWD = KernelSpec(
             Param("DBETA_PARTIAL", "ptr", dtype="fp32"),
             Param("DALPHA_PARTIAL", "ptr", dtype="fp32"), Param("DY", "ptr"), Param("X", "ptr"),
             Param("ALPHA", "ptr"), Param("GAMMA", "ptr"),
-            Param("n_rows", "i32"), Param("n_cols", "i32"),
+            Param("n_rows", "i32"), Param("n_cols", "i32", divisible=True),
             Param("stride_dx", "i64", divisible=True), Param("stride_dy", "i64", divisible=True),
             Param("stride_x", "i64", divisible=True), Param("rows_per_program", "i32")),
     configs=BWD_CONFIGS, rule=select_bwd_config,

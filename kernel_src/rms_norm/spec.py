@@ -53,7 +53,7 @@ FWD = KernelSpec(
     name="rms_norm_fwd", family="rms_norm", function="rms_norm_fwd",
     params=(Param("Y", "ptr"), Param("X", "ptr"), Param("W", "ptr"),
             Param("RSTD", "ptr", dtype="fp32"),
-            Param("n_rows", "i32"), Param("n_cols", "i32"),
+            Param("n_rows", "i32"), Param("n_cols", "i32", divisible=True),
             Param("stride_y", "i64", divisible=True), Param("stride_x", "i64", divisible=True),
             Param("eps", "fp32"), Param("offset", "fp32"),
             # fused residual add (has_residual = 1): S = X + R; otherwise S, R are unused
@@ -69,7 +69,7 @@ BWD = KernelSpec(
     name="rms_norm_bwd", family="rms_norm", function="rms_norm_bwd",
     params=(Param("DX", "ptr"), Param("DW_PARTIAL", "ptr", dtype="fp32"), Param("DY", "ptr"),
             Param("X", "ptr"), Param("W", "ptr"), Param("RSTD", "ptr", dtype="fp32"),
-            Param("n_rows", "i32"), Param("n_cols", "i32"),
+            Param("n_rows", "i32"), Param("n_cols", "i32", divisible=True),
             Param("stride_dx", "i64", divisible=True), Param("stride_dy", "i64", divisible=True),
             Param("stride_x", "i64", divisible=True),
             Param("offset", "fp32"), Param("rows_per_program", "i32"),

@@ -7,6 +7,7 @@ import torch
 
 from liger_aot.artifact_format import TARGETS
 
+
 def arch_for_capability(major: int, minor: int) -> str | None:
     """sm_80 cubins run on every 8.x device; Triton builds 9.0 as sm_90a, which runs on 9.0
     only. Anything else (Blackwell, Turing) has no AOT set and uses the JIT fallback."""
@@ -19,7 +20,7 @@ def arch_for_capability(major: int, minor: int) -> str | None:
 
 def arch_for_gcn_name(name: str) -> str | None:
     base = name.split(":")[0]  # "gfx942:sramecc+:xnack-" -> "gfx942"
-    return base if base in TARGETS else None
+    return base if TARGETS.get(base, ("",))[0] == "hip" else None
 
 
 @functools.lru_cache(maxsize=None)

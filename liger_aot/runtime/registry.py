@@ -18,12 +18,12 @@ import threading
 import warnings
 from dataclasses import dataclass, field
 
+from liger_aot.artifact_format import TARGETS, WHEEL_PACKAGE, validate_manifest
 from liger_aot.kernel_src.spec import family_source_sha256
 
 from . import _env
-from liger_aot.artifact_format import TARGETS, WHEEL_PACKAGE, validate_manifest
-
 from .device import device_arch
+
 
 @dataclass
 class ArtifactSet:

@@ -153,3 +153,19 @@ def cross_entropy_fwd(LOSS, ZLOSS, ACC, GRAD, LOGITS, TARGET, WEIGHT, SCALES, RO
                 w = tl.load(WEIGHT + c, mask=mask & smooth_weighted, other=1.0)
                 g = a_coef * tl.exp(x - lse) - s_coef * w - tl.where(c == target, t_coef, 0.0)
                 tl.store(g_row + c, (g * dcap).to(GRAD.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def scale_by_grad_output(OUT, GRAD, GRAD_OUTPUT, n_elements, n_cols, per_row,
+                         BLOCK: tl.constexpr):
+    """OUT = GRAD * grad_output over a flat contiguous tensor, in fp32, rounded once.
+    grad_output is read from device memory (no host sync): one value, or one per row of
+    n_cols elements when per_row."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n_elements
+    g = tl.load(GRAD + offs, mask=mask, other=0.0).to(tl.float32)
+    if per_row != 0:
+        scale = tl.load(GRAD_OUTPUT + offs // n_cols, mask=mask, other=0.0)
+    else:
+        scale = tl.zeros([BLOCK], dtype=tl.float32) + tl.load(GRAD_OUTPUT)
+    tl.store(OUT + offs, (g * scale).to(OUT.dtype.element_ty), mask=mask)

@@ -35,6 +35,7 @@ from ._common import (check_float, check_same_device, check_tensor, last_dim_con
                       multiprocessor_count)
 
 _fwd = Kernel(spec.FWD)
+_scale = Kernel(spec.SCALE)
 
 REDUCTIONS = ("mean", "sum", "none")
 
@@ -174,11 +175,19 @@ def graph_retained() -> bool:
 
 def scale_grad(grad: torch.Tensor, grad_output: torch.Tensor, per_row: bool,
                in_place: bool) -> torch.Tensor:
-    """grad * grad_output (0-d, or (rows,) when per_row), in grad's dtype, computed in fp32."""
-    go = grad_output[:, None] if per_row else grad_output
-    if in_place:
-        return grad.mul_(go)
-    return torch.mul(grad, go, out=torch.empty_like(grad))
+    """grad * grad_output (0-d, or (rows,) when per_row), in grad's dtype, computed in fp32
+    by one copy-bound kernel that reads grad_output on the device."""
+    if not grad.is_contiguous() or grad.numel() == 0:
+        go = grad_output[:, None] if per_row else grad_output
+        return grad.mul_(go) if in_place else torch.mul(grad, go, out=torch.empty_like(grad))
+    out = grad if in_place else torch.empty_like(grad)
+    go = grad_output.to(device=grad.device, dtype=torch.float32).contiguous()
+    n = grad.numel()
+    block = spec.SCALE_CONFIG.constexprs["BLOCK"]
+    _scale.launch(((n + block - 1) // block,), out, grad, go, n,
+                  grad.shape[-1] if per_row else 1, int(per_row),
+                  dtype=grad.dtype, config=spec.SCALE_CONFIG)
+    return out
 
 
 # -- cross entropy ------------------------------------------------------------------------

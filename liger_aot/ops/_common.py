@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 
@@ -26,6 +27,8 @@ def rows_view(name: str, t: torch.Tensor, n_cols: int) -> torch.Tensor:
     """A 2-D (rows, n_cols) view whose last dim is contiguous; copies only when needed."""
     if t.shape[-1] != n_cols:
         raise ValueError(f"{name} must have last dimension {n_cols}, got shape {tuple(t.shape)}")
+    if n_cols == 0:  # reshape(-1, 0) is ambiguous
+        return t.new_empty((math.prod(t.shape[:-1]), 0))
     t2 = t.reshape(-1, n_cols)
     if n_cols > 1 and t2.stride(1) != 1:
         t2 = t2.contiguous()
@@ -34,6 +37,17 @@ def rows_view(name: str, t: torch.Tensor, n_cols: int) -> torch.Tensor:
 
 def row_stride(t2: torch.Tensor) -> int:
     return t2.stride(0) if t2.shape[0] > 1 else t2.shape[1]
+
+
+def persistent_grid(rows: int, device_index: int, per_sm: int = 4, split: int = 1) -> tuple:
+    """(programs, rows_per_program) for a persistent grid of about per_sm programs per SM in
+    all, `split` of them per row (e.g. one per column block); programs is 0 when rows is 0."""
+    if rows == 0:
+        return 0, 1
+    target = max(1, (per_sm * multiprocessor_count(device_index) + split - 1) // split)
+    programs = min(rows, target)
+    rows_per_program = (rows + programs - 1) // programs
+    return (rows + rows_per_program - 1) // rows_per_program, rows_per_program
 
 
 @functools.lru_cache(maxsize=None)

@@ -9,8 +9,7 @@ import torch
 from liger_aot.kernel_src.dyt import spec
 from liger_aot.runtime import Kernel
 
-from ._common import check_float, check_same_device, multiprocessor_count, row_stride
-from .rms_norm import rows_view
+from ._common import check_float, check_same_device, persistent_grid, row_stride, rows_view
 
 _fwd = Kernel(spec.FWD)
 _bwd = Kernel(spec.BWD)
@@ -45,10 +44,7 @@ def dyt_backward(dy, x2, alpha, gamma):
     programs = 0
     if rows and n:
         # about four programs per SM in all, split over the column blocks
-        target = max(1, (4 * multiprocessor_count(x2.get_device()) + blocks - 1) // blocks)
-        programs = min(rows, target)
-        rows_per_program = (rows + programs - 1) // programs
-        programs = (rows + rows_per_program - 1) // rows_per_program
+        programs, rows_per_program = persistent_grid(rows, x2.get_device(), split=blocks)
     dgamma_partial = torch.empty((programs, n), dtype=torch.float32, device=x2.device)
     dbeta_partial = torch.empty((programs, n), dtype=torch.float32, device=x2.device)
     dalpha_partial = torch.empty((programs, blocks), dtype=torch.float32, device=x2.device)

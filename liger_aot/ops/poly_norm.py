@@ -9,8 +9,7 @@ import torch
 from liger_aot.kernel_src.poly_norm import spec
 from liger_aot.runtime import Kernel
 
-from ._common import check_float, check_same_device, row_stride
-from .rms_norm import persistent_grid, rows_view
+from ._common import check_float, check_same_device, persistent_grid, row_stride, rows_view
 
 _fwd = Kernel(spec.FWD)
 _bwd = Kernel(spec.BWD)

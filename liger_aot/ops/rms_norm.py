@@ -11,8 +11,7 @@ from liger_aot.kernel_src.rms_norm import spec
 from liger_aot.runtime import Kernel
 
 from ._common import (check_float, check_same_device, check_same_dtype, check_same_shape,
-                      multiprocessor_count, row_stride)
-from ._common import rows_view as _rows_view
+                      persistent_grid, row_stride, rows_view)
 
 _fwd = Kernel(spec.FWD)
 _bwd = Kernel(spec.BWD)
@@ -29,26 +28,9 @@ def _casting(mode) -> int:
                          f"got {mode!r}") from None
 
 
-def persistent_grid(rows: int, device_index: int, per_sm: int = 4) -> tuple:
-    """(programs, rows_per_program) for a persistent grid of about per_sm programs per SM;
-    programs is 0 when rows is 0."""
-    if rows == 0:
-        return 0, 1
-    programs = max(1, min(rows, per_sm * multiprocessor_count(device_index)))
-    rows_per_program = (rows + programs - 1) // programs
-    return (rows + rows_per_program - 1) // rows_per_program, rows_per_program
-
-
 def _rows(x):
     """Number of rows of x viewed as (rows, x.shape[-1])."""
     return math.prod(x.shape[:-1])
-
-
-def rows_view(name: str, t: torch.Tensor, n_cols: int) -> torch.Tensor:
-    """_common.rows_view that also takes rows of zero columns (reshape(-1, 0) is ambiguous)."""
-    if n_cols == 0 and t.shape[-1] == 0:
-        return t.new_empty((_rows(t), 0))
-    return _rows_view(name, t, n_cols)
 
 
 def _forward(x, weight, eps, offset, casting, residual=None):

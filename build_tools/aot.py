@@ -96,14 +96,6 @@ def variant_key(variant, arch: str, toolchain: dict) -> str:
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
 
-def _variant_by_name(name: str):
-    for spec in all_specs():
-        for v in spec.variants():
-            if v.name == name:
-                return v
-    raise KeyError(name)
-
-
 _WORKER_VARIANTS = None
 
 
@@ -220,8 +212,7 @@ def _clean_temporaries(directory: str) -> int:
     return removed
 
 
-def build_arch(arch: str, out: str, jobs: int, pool, log=print, lock_timeout: float = -1,
-               ) -> ArchResult:
+def build_arch(arch: str, out: str, pool, log=print, lock_timeout: float = -1) -> ArchResult:
     backend = TARGETS[arch][0]
     directory = os.path.join(out, arch)
     os.makedirs(directory, exist_ok=True)
@@ -315,7 +306,7 @@ def build(archs: list, out: str, jobs: int, log=print) -> list:
     with futures.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx,
                                      initializer=_worker_init) as pool:
         for arch in archs:
-            results.append(build_arch(arch, out, jobs, pool, log=log))
+            results.append(build_arch(arch, out, pool, log=log))
     return results
 
 

@@ -148,12 +148,45 @@ def test_cross_entropy_multi_chunk_rows():
 
 
 def test_cross_entropy_one_warp_config_multi_chunk(monkeypatch):
-    # few rows pick the wide config; force the one-warp config on a multi-chunk vocab
-    monkeypatch.setattr(ce_spec, "WIDE_ROWS_PER_SM", 0)
-    assert ce_spec.select_config(3, 5000, 4) is ce_spec.ROW_CONFIG
+    # few rows and gradients pick the wide config; force the one-warp one on a long row
+    monkeypatch.setattr(ce_spec, "select_config", lambda *args, **kwargs: ce_spec.ROW_CONFIG)
     logits, target = make(3, 5000, torch.bfloat16, seed=6, n_ignored=1)
     check(logits, target, "mean", label_smoothing=0.1, weight=class_weight(5000),
           softcap=10.0, lse_square_scale=1e-3)
+
+
+def test_cross_entropy_rule():
+    sms = 132
+    # loss only: one warp per row when rows are plenty, four warps when they are few
+    assert ce_spec.select_config(8192, 128256, sms) is ce_spec.ROW_CONFIG
+    assert ce_spec.select_config(1024, 128256, sms) is ce_spec.WIDE_CONFIG
+    # with the gradient: four warps for long rows, one warp for short ones
+    assert ce_spec.select_config(8192, 128256, sms, grad=True) is ce_spec.WIDE_CONFIG
+    assert ce_spec.select_config(8192, 1000, sms, grad=True) is ce_spec.ROW_CONFIG
+
+
+@pytest.mark.parametrize("in_place", [True, False])
+@pytest.mark.parametrize("value", [1.0, 2.5])
+def test_scale_grad_skips_only_in_place_ones(in_place, value):
+    # 40 x 5000 spans more tiles than programs (4 per SM x 4 "SMs" in the interpreter x
+    # 4096 per tile), so programs stride; in place with grad_output 1 must leave it as is
+    torch.manual_seed(0)
+    grad = torch.randn(40, 5000).to(torch.bfloat16)
+    keep = grad.clone()
+    out = ce_module.scale_grad(grad, torch.tensor(value), per_row=False, in_place=in_place)
+    assert (out.data_ptr() == grad.data_ptr()) == in_place
+    # one bf16 rounding (the interpreter's fp32 -> bf16 conversion truncates)
+    close = dict(rtol=2 ** -7, atol=0.0)
+    assert torch.allclose(out.float(), keep.float() * value, **close)
+    if value == 1.0:
+        assert torch.equal(out, keep)
+    if not in_place:
+        assert torch.equal(grad, keep)
+    rows = torch.rand(40) + 0.5  # per row: never skipped, even where a row's value is 1
+    rows[0] = 1.0
+    out = ce_module.scale_grad(keep.clone(), rows, per_row=True, in_place=in_place)
+    assert torch.allclose(out.float(), keep.float() * rows[:, None], **close)
+    assert not torch.allclose(out.float(), keep.float(), **close)
 
 
 def test_cross_entropy_small_vocab_and_custom_ignore_index():

@@ -205,9 +205,14 @@ def test_flce_autocast_fp32_master_weights():
 def test_flce_chunk_rows(monkeypatch):
     assert chunk_rows(10, 100, 2, 4) == 4
     assert chunk_rows(3, 100, 2, 4) == 3
-    assert chunk_rows(100000, 262144, 2) == 512  # 256 MiB of bf16 logits
-    assert chunk_rows(100000, 128256, 2) == 1040
+    assert chunk_rows(100000, 262144, 2) == 2048  # 1 GiB of bf16 logits
+    assert chunk_rows(8192, 128256, 2) == 4096  # two balanced chunks, not 4186 + 4006
+    assert chunk_rows(100000, 128256, 2) == 4176  # 24 chunks, rounded to 16 within 1 GiB
+    assert chunk_rows(4000, 128256, 2) == 4000  # one chunk
     assert chunk_rows(7, 262144, 2) == 7
+    for n_rows, n_cols in ((100000, 128256), (5000, 151936), (12345, 256000)):
+        rows = chunk_rows(n_rows, n_cols, 2)
+        assert rows * n_cols * 2 <= flce_module.CHUNK_BYTES and rows % 16 == 0
     # the automatic size, forced small: 8 rows of 50 fp32 logits -> chunks of 2 rows
     monkeypatch.setattr(flce_module, "CHUNK_BYTES", 2 * 50 * 4)
     x, w, target, b = make(7, 8, 50, torch.float32, seed=10, bias=True)

@@ -156,16 +156,24 @@ def cross_entropy_fwd(LOSS, ZLOSS, ACC, GRAD, LOGITS, TARGET, WEIGHT, SCALES, RO
 
 
 @triton.jit
-def scale_by_grad_output(OUT, GRAD, GRAD_OUTPUT, n_elements, n_cols, per_row,
+def scale_by_grad_output(OUT, GRAD, GRAD_OUTPUT, n_elements, n_cols, per_row, in_place,
                          BLOCK: tl.constexpr):
     """OUT = GRAD * grad_output over a flat contiguous tensor, in fp32, rounded once.
     grad_output is read from device memory (no host sync): one value, or one per row of
-    n_cols elements when per_row."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n_elements
-    g = tl.load(GRAD + offs, mask=mask, other=0.0).to(tl.float32)
-    if per_row != 0:
-        scale = tl.load(GRAD_OUTPUT + offs // n_cols, mask=mask, other=0.0)
-    else:
-        scale = tl.zeros([BLOCK], dtype=tl.float32) + tl.load(GRAD_OUTPUT)
-    tl.store(OUT + offs, (g * scale).to(OUT.dtype.element_ty), mask=mask)
+    n_cols elements when per_row. In place with one grad_output equal to 1 (a plain
+    `loss.backward()`) there is nothing to do, and every program returns at once: the host
+    cannot know that value without a sync, the device can. Programs stride over the tiles,
+    so the grid is a few per multiprocessor whatever the size."""
+    first = tl.load(GRAD_OUTPUT)
+    if (in_place == 0) | (per_row != 0) | (first != 1.0):
+        first_tile = tl.program_id(0).to(tl.int64) * BLOCK
+        stride = tl.num_programs(0).to(tl.int64) * BLOCK
+        for start in range(first_tile, n_elements, stride):
+            offs = start + tl.arange(0, BLOCK)
+            mask = offs < n_elements
+            g = tl.load(GRAD + offs, mask=mask, other=0.0).to(tl.float32)
+            if per_row != 0:
+                scale = tl.load(GRAD_OUTPUT + offs // n_cols, mask=mask, other=0.0)
+            else:
+                scale = tl.zeros([BLOCK], dtype=tl.float32) + first
+            tl.store(OUT + offs, (g * scale).to(OUT.dtype.element_ty), mask=mask)

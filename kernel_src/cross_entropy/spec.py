@@ -16,12 +16,13 @@ FLAG_ROW_SCALE = 128  # multiply the row's gradient by ROW_SCALE[row] (grad_outp
 # variants (see kernels.py: their code costs registers, so the plain case compiles it out).
 FULL_FEATURE_FLAGS = FLAG_WEIGHT | FLAG_SOFTCAP | FLAG_ACCURACY | FLAG_TOKEN_SCALING
 
-# One row per program, streamed in BLOCK_V chunks. Measured on an H200 (bf16, vocab 3001 to
-# 262144, loss + grad, JIT of this kernel): one warp per row, 512 columns a step (16 elements
-# per thread; the per-chunk max is a warp shuffle, no shared memory or barrier) ran at
-# 3.2-3.9 TB/s; 1024-8192 columns on 2-16 warps at 3.0-3.7, 128-256 on one warp at 2.4-3.3.
-# With few rows (fused linear cross entropy runs a few hundred rows of a large vocab at a
-# time) one warp per row leaves most of the GPU idle, so four warps share a row there.
+# One row per program, streamed in BLOCK_V chunks. Measured on an H200 (bf16, JIT of this
+# kernel; docs/perf-notes.md, "Cross-entropy, session 2"): loss only, one warp per row and 512
+# columns a step (16 elements per thread; the per-chunk max is a warp shuffle, no shared
+# memory or barrier) is fastest (8192 x 128256: 0.61 ms, 82% of copy); loss + gradient, four
+# warps on 2048 columns are a little ahead (1.62 vs 1.66 ms at 128256, 0.40 vs 0.42 at 32000)
+# and they are the only good choice with few rows (fused linear cross entropy's chunks),
+# where one warp per row would leave most of the GPU idle.
 ROW_CONFIG = Config({"BLOCK_V": 512}, num_warps=1)
 WIDE_CONFIG = Config({"BLOCK_V": 2048}, num_warps=4)
 CONFIGS = (ROW_CONFIG, WIDE_CONFIG)
@@ -30,8 +31,8 @@ CONFIGS = (ROW_CONFIG, WIDE_CONFIG)
 WIDE_ROWS_PER_SM = 16
 
 
-def select_config(n_rows: int, n_cols: int, sm_count: int) -> Config:
-    if n_cols > 2048 and n_rows < WIDE_ROWS_PER_SM * sm_count:
+def select_config(n_rows: int, n_cols: int, sm_count: int, grad: bool = False) -> Config:
+    if n_cols > 2048 and (grad or n_rows < WIDE_ROWS_PER_SM * sm_count):
         return WIDE_CONFIG
     return ROW_CONFIG
 
@@ -54,12 +55,15 @@ FWD = KernelSpec(
 
 # Backward's multiply by grad_output: torch's bf16 `grad.mul_(0-d fp32 tensor)` ran at ~1.1
 # TB/s on an H200 (3.8 ms for a 8192 x 128256 gradient); a flat fp32 kernel is copy-bound.
+# Programs stride over BLOCK-element tiles: SCALE_PROGRAMS_PER_SM per multiprocessor.
 SCALE_CONFIG = Config({"BLOCK": 4096}, num_warps=8)
+SCALE_PROGRAMS_PER_SM = 8
 
 SCALE = KernelSpec(
     name="cross_entropy_scale", family="cross_entropy", function="scale_by_grad_output",
     params=(Param("OUT", "ptr"), Param("GRAD", "ptr"), Param("GRAD_OUTPUT", "ptr", dtype="fp32"),
-            Param("n_elements", "i64"), Param("n_cols", "i32"), Param("per_row", "i32")),
+            Param("n_elements", "i64"), Param("n_cols", "i32"), Param("per_row", "i32"),
+            Param("in_place", "i32")),
     configs=(SCALE_CONFIG,), rule=lambda n_elements: SCALE_CONFIG,
 )
 

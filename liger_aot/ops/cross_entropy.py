@@ -16,9 +16,10 @@ Memory. The gradient needs a (rows, V) buffer. It is written into
   * else a new buffer.
 Backward scales the stored gradient by grad_output in place (no new buffer) unless the
 graph is being retained (``retain_graph=True`` / ``create_graph=True``), in which case it
-must stay intact for the next backward and the product goes to a new tensor. grad_output ==
-1 cannot be skipped: testing it would synchronize with the device. The torch.compile path
-(custom ops) never works in place; the compiler plans those buffers.
+must stay intact for the next backward and the product goes to a new tensor. In place, a
+grad_output of 1 (plain `loss.backward()`) is detected by the scale kernel on the device and
+costs no pass over the gradient (testing it on the host would synchronize). The
+torch.compile path (custom ops) never works in place; the compiler plans those buffers.
 """
 from __future__ import annotations
 
@@ -125,8 +126,9 @@ def launch_rows(loss_rows, z_rows, acc_rows, grad, logits, target, weight, scale
     dummy = loss_rows  # never dereferenced: its flag is off or its load is masked
     stride_logits = logits.stride(0) if n_rows > 1 else n_cols
     stride_grad = grad.stride(0) if grad is not None and n_rows > 1 else n_cols
-    config = spec.select_config(n_rows, n_cols, multiprocessor_count(logits.get_device()))
     features = 1 if flags & spec.FULL_FEATURE_FLAGS else 0
+    config = spec.select_config(n_rows, n_cols, multiprocessor_count(logits.get_device()),
+                                grad=grad is not None)
     _fwd.launch((n_rows,), loss_rows, dummy if z_rows is None else z_rows,
                 dummy if acc_rows is None else acc_rows, logits if grad is None else grad,
                 logits, target, dummy if weight is None else weight,
@@ -176,7 +178,8 @@ def graph_retained() -> bool:
 def scale_grad(grad: torch.Tensor, grad_output: torch.Tensor, per_row: bool,
                in_place: bool) -> torch.Tensor:
     """grad * grad_output (0-d, or (rows,) when per_row), in grad's dtype, computed in fp32
-    by one copy-bound kernel that reads grad_output on the device."""
+    by one copy-bound kernel that reads grad_output on the device (in place, a grad_output
+    of 1 costs one launch and no memory traffic)."""
     if not grad.is_contiguous() or grad.numel() == 0:
         go = grad_output[:, None] if per_row else grad_output
         return grad.mul_(go) if in_place else torch.mul(grad, go, out=torch.empty_like(grad))
@@ -184,9 +187,10 @@ def scale_grad(grad: torch.Tensor, grad_output: torch.Tensor, per_row: bool,
     go = grad_output.to(device=grad.device, dtype=torch.float32).contiguous()
     n = grad.numel()
     block = spec.SCALE_CONFIG.constexprs["BLOCK"]
-    _scale.launch(((n + block - 1) // block,), out, grad, go, n,
-                  grad.shape[-1] if per_row else 1, int(per_row),
-                  dtype=grad.dtype, config=spec.SCALE_CONFIG)
+    programs = min((n + block - 1) // block,
+                   spec.SCALE_PROGRAMS_PER_SM * multiprocessor_count(grad.get_device()))
+    _scale.launch((programs,), out, grad, go, n, grad.shape[-1] if per_row else 1,
+                  int(per_row), int(in_place), dtype=grad.dtype, config=spec.SCALE_CONFIG)
     return out
 
 

@@ -9,7 +9,8 @@ batch, or the sum of their class weights) are computed on the device before the 
 and read by the kernel, so nothing synchronizes with the host.
 
 Reductions "mean" and "sum" compute every gradient in the forward (as Liger-Kernel does) and
-keep them; backward multiplies them by grad_output, in place unless the graph is retained.
+keep them; backward multiplies them by grad_output, in place unless the graph is retained
+(a grad_output of 1, plain `loss.backward()`, is detected on the device and costs nothing).
 Reduction "none" cannot: grad_W mixes rows with different grad_output values. Its forward
 computes only the loss and its backward recomputes the chunk logits and runs the kernel with
 grad_output as a per-row scale.
@@ -30,23 +31,30 @@ from .cross_entropy import (CrossEntropyOutput, check_class_weight, check_option
                             graph_retained, kernel_flags, launch_rows, needs_scales,
                             reduce_rows, reduction_scales, scale_grad)
 
-# Upper bound on one chunk's logits. 256 MiB: 512 rows of a 262144 bf16 vocab, 1046 rows of
-# 128256; enough rows for cuBLAS to run near peak, small next to the activations.
-CHUNK_BYTES = 256 << 20
+# Upper bound on one chunk's logits. Measured on an H200 (8192 x 4096 -> 128256, bf16,
+# forward+backward; docs/perf-notes.md): chunks of 1024 rows 40.5 ms, 4096 rows 38.9 ms. Larger
+# chunks give cuBLAS a longer K for grad_W (and read-modify-write the (V, H) grad_W fewer
+# times). 1 GiB: 4096 rows of a 128256 bf16 vocab; the issue's budget is 1.2 GB beyond the
+# inputs, weights and gradients.
+CHUNK_BYTES = 1 << 30
 
 ACCUM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def chunk_rows(n_rows: int, n_cols: int, itemsize: int, chunk_size: int = 0) -> int:
-    """Rows per chunk: chunk_size when > 0, else as many as fit CHUNK_BYTES (a multiple of
-    16 so per-row buffers stay 16-byte aligned at every chunk start)."""
+    """Rows per chunk: chunk_size when > 0, else the fewest chunks of at most CHUNK_BYTES of
+    logits, balanced (8192 rows in two chunks of 4096, not 4186 + 4006), rounded to a
+    multiple of 16 so per-row buffers stay 16-byte aligned at every chunk start."""
     if chunk_size > 0:
-        rows = chunk_size
-    else:
-        rows = max(1, CHUNK_BYTES // max(1, n_cols * itemsize))
-        if rows > 16:
-            rows -= rows % 16
-    return max(1, min(rows, n_rows))
+        return max(1, min(chunk_size, n_rows))
+    cap = max(1, CHUNK_BYTES // max(1, n_cols * itemsize))
+    if n_rows <= cap:
+        return max(1, n_rows)
+    chunks = -(-n_rows // cap)
+    rows = -(-n_rows // chunks)
+    if cap > 16:
+        rows = min(-(-rows // 16) * 16, cap - cap % 16)
+    return rows
 
 
 _mm_out_dtype_works = {}  # device type -> whether torch.mm/addmm take out_dtype there

@@ -11,8 +11,8 @@ import torch
 from liger_aot.kernel_src.swiglu import spec
 from liger_aot.runtime import Kernel
 
-from ._common import (check_float, check_same_device, check_same_dtype, check_same_shape,
-                      row_stride, rows_view)
+from ._common import (SUPPORTED_DTYPES, check_float, check_same_device, check_same_dtype,
+                      check_same_shape, row_stride, rows_view)
 
 _fwd = Kernel(spec.FWD)
 _bwd = Kernel(spec.BWD)
@@ -21,46 +21,48 @@ ACT_SILU = spec.ACT_SILU
 ACT_GELU_TANH = spec.ACT_GELU_TANH
 
 
+def _rows(name, t, n):
+    """(t as rows of n, row stride). A contiguous t is passed as it is: no view to build, which
+    matters at small shapes where host time is the cost (see docs/perf-notes.md)."""
+    if t.is_contiguous():
+        return t, n
+    t2 = rows_view(name, t, n)
+    return t2, row_stride(t2)
+
+
 def glu_forward(a, b, act=ACT_SILU):
-    """a, b: (..., n), same shape. Returns (c with a's shape, a as rows, b as rows)."""
+    """a, b: (..., n), same shape. Returns (c with a's shape, a and b as the kernel read them,
+    to be saved for glu_backward)."""
     n = a.shape[-1]
-    if a.numel() == 0:
-        return torch.empty(a.shape, dtype=a.dtype, device=a.device), a, b
-    a2 = rows_view("a", a, n)
-    b2 = rows_view("b", b, n)
-    rows = a2.shape[0]
-    c = torch.empty((rows, n), dtype=a.dtype, device=a.device)
+    c = torch.empty(a.shape, dtype=a.dtype, device=a.device)
+    rows = a.numel() // n if n else 0
+    if rows == 0:
+        return c, a, b
+    a2, stride_a = _rows("a", a, n)
+    b2, stride_b = _rows("b", b, n)
     config = spec.select_config(n)
-    _fwd.launch(spec.grid(rows, n, config), c, a2, b2, rows, n,
-                row_stride(c), row_stride(a2), row_stride(b2), act,
+    _fwd.launch(spec.grid(rows, n, config), c, a2, b2, rows, n, n, stride_a, stride_b, act,
                 dtype=a.dtype, config=config)
-    return c.view(a.shape), a2, b2
+    return c, a2, b2
 
 
-def glu_backward(dc, a2, b2, act=ACT_SILU):
-    """dc: gradient of c (any strides). Returns (da, db) as (rows, n) tensors."""
-    rows, n = a2.shape
-    da = torch.empty((rows, n), dtype=a2.dtype, device=a2.device)
-    db = torch.empty((rows, n), dtype=a2.dtype, device=a2.device)
-    if rows == 0 or n == 0:
+def glu_backward(dc, a2, b2, shape, act=ACT_SILU):
+    """dc: gradient of c (any strides); a2, b2 from glu_forward. Returns (da, db) of shape."""
+    da = torch.empty(shape, dtype=a2.dtype, device=a2.device)
+    db = torch.empty(shape, dtype=a2.dtype, device=a2.device)
+    n = shape[-1]
+    rows = da.numel() // n if n else 0
+    if rows == 0:
         return da, db
-    dc2 = rows_view("grad_output", dc, n)
+    dc2, stride_dc = _rows("grad_output", dc, n)
     if dc2.dtype != a2.dtype:
-        dc2 = dc2.to(a2.dtype)
+        dc2 = dc2.to(a2.dtype)  # keeps the layout, so stride_dc holds
+    stride_a = n if a2.is_contiguous() else row_stride(a2)
+    stride_b = n if b2.is_contiguous() else row_stride(b2)
     config = spec.select_config(n)
     _bwd.launch(spec.grid(rows, n, config), da, db, dc2, a2, b2, rows, n,
-                row_stride(da), row_stride(db), row_stride(dc2), row_stride(a2), row_stride(b2),
-                act, dtype=a2.dtype, config=config)
+                n, n, stride_dc, stride_a, stride_b, act, dtype=a2.dtype, config=config)
     return da, db
-
-
-# Names kept from the first version of this module.
-def swiglu_forward(a, b):
-    return glu_forward(a, b, ACT_SILU)
-
-
-def swiglu_backward(dc, a2, b2):
-    return glu_backward(dc, a2, b2, ACT_SILU)
 
 
 class GatedFunction(torch.autograd.Function):
@@ -74,11 +76,8 @@ class GatedFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dc):
         a2, b2 = ctx.saved_tensors
-        if dc.numel() == 0:
-            return torch.zeros(ctx.shape, dtype=dc.dtype, device=dc.device), \
-                torch.zeros(ctx.shape, dtype=dc.dtype, device=dc.device), None
-        da, db = glu_backward(dc, a2, b2, ctx.act)
-        return da.view(ctx.shape), db.view(ctx.shape), None
+        da, db = glu_backward(dc, a2, b2, ctx.shape, ctx.act)
+        return da, db, None
 
 
 class SwiGLUFunction(torch.autograd.Function):
@@ -108,11 +107,7 @@ def _(a, b, act):
 def glu_bwd_op(dc: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
                act: int) -> tuple[torch.Tensor, torch.Tensor]:
     n = a.shape[-1]
-    if a.numel() == 0:
-        return torch.zeros(a.shape, dtype=a.dtype, device=a.device), \
-            torch.zeros(a.shape, dtype=a.dtype, device=a.device)
-    da, db = glu_backward(dc, rows_view("a", a, n), rows_view("b", b, n), act)
-    return da.view(a.shape), db.view(a.shape)
+    return glu_backward(dc, _rows("a", a, n)[0], _rows("b", b, n)[0], a.shape, act)
 
 
 @glu_bwd_op.register_fake
@@ -137,6 +132,10 @@ glu_fwd_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 def check_gated(a, b):
+    if (type(a) is torch.Tensor and type(b) is torch.Tensor and a.dtype is b.dtype
+            and a.dtype in SUPPORTED_DTYPES and a.shape == b.shape and a.device == b.device
+            and a.dim() > 0):
+        return  # the common case in one test; the checks below name what is wrong
     check_float("a", a)
     check_float("b", b)
     check_same_device(a=a, b=b)

@@ -7,7 +7,13 @@ rows are in flight and the re-read misses L2 (measured: 3 full passes). Here a p
 one row at a time (persistent grid, CTAS_PER_SM programs per multiprocessor, so ~132 rows of
 256 KB = 33 MB in flight: within the 50 MB L2), and its warps each keep their own online
 softmax state over a [TILE_ROWS, 256] tile (reductions along the 256 axis stay inside a
-warp: no barrier per step); one cross-warp combine per row.
+warp: no barrier per step); one cross-warp combine per row. The same run times the
+library's kernel with software pipelining (num_stages 2 and 3).
+
+Outcome on the H200 (docs/results/2026-11-30-ce-split-experiment-*-h200.txt): slower. The best
+split layout took 2.04 ms for loss + gradient at 8192 x 128256 against 1.62 ms for the
+library's four-warps-a-row kernel: too few bytes in flight per multiprocessor once only about
+one row per SM runs; num_stages changed nothing. Kept as the record of what was tried.
 """
 import argparse
 import csv

@@ -1,0 +1,305 @@
+"""benchmarks/kernels.py without a GPU: the case registry, byte and flop counts, rates,
+argument parsing, CSV, table, plots and targets on fabricated rows, and one end-to-end run
+of --smoke (CPU, tiny shapes, liger-aot through Triton's interpreter). Nothing here times
+anything that matters."""
+import csv
+import importlib.util
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "benchmarks", "kernels.py")
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("bench_kernels", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+K = _load()
+BF16 = 2
+
+
+def test_registry_covers_the_issue():
+    assert list(K.CASES) == ["rms_norm", "layer_norm", "fused_add_rms_norm", "swiglu", "geglu",
+                             "rope", "cross_entropy", "fused_linear_cross_entropy"]
+    assert K.PATHS == ("liger-aot", "eager", "torch.compile", "liger-kernel")
+    for case in K.CASES.values():
+        assert case.shapes and case.smoke_shapes
+        for shape in case.shapes + case.smoke_shapes:
+            assert isinstance(case.label(shape), str) and case.label(shape)
+            counts = case.flops(shape) if case.flops else case.traffic(shape, BF16)
+            assert set(counts) == set(K.PASSES)
+
+
+def test_norm_sweep_shapes():
+    for op in ("rms_norm", "layer_norm", "fused_add_rms_norm"):
+        case = K.CASES[op]
+        assert case.sweep == "N"
+        assert case.shapes[0] == {"M": 16384, "N": 4096}  # the standard shape first
+        assert sorted(s["N"] for s in case.shapes) == list(K.NORM_NS)
+        assert all(s["M"] * s["N"] == 64 * 2**20 for s in case.shapes)
+        assert [s["N"] for s in K.select_shapes(case, quick=True, smoke=False)] == [4096]
+        assert len(K.select_shapes(case, quick=False, smoke=False)) == 7
+        assert K.select_shapes(case, quick=False, smoke=True) == case.smoke_shapes
+
+
+def test_standard_shapes():
+    assert K.CASES["swiglu"].shapes == ({"M": 8192, "N": 14336},)
+    assert K.CASES["geglu"].shapes == ({"M": 8192, "N": 14336},)
+    assert K.CASES["rope"].shapes == ({"B": 4, "H": 32, "KH": 8, "S": 4096, "D": 128},)
+    ce = K.CASES["cross_entropy"]
+    assert [s["V"] for s in ce.shapes] == [128256, 256000]
+    assert K.select_shapes(ce, quick=True, smoke=False) == ({"M": 8192, "V": 128256},)
+    assert K.CASES["fused_linear_cross_entropy"].shapes == ({"T": 8192, "H": 4096,
+                                                             "V": 128256},)
+
+
+def test_byte_counts():
+    M, N = 16384, 4096
+    mn = M * N * BF16
+    rms = K.CASES["rms_norm"].traffic({"M": M, "N": N}, BF16)
+    assert rms == {"fwd": 2 * mn, "bwd": 3 * mn, "fwdbwd": 5 * mn}
+    assert K.CASES["layer_norm"].traffic({"M": M, "N": N}, BF16) == rms
+    assert K.CASES["fused_add_rms_norm"].traffic({"M": M, "N": N}, BF16) == {
+        "fwd": 4 * mn, "bwd": 4 * mn, "fwdbwd": 8 * mn}
+    glu = 8192 * 14336 * BF16
+    for op in ("swiglu", "geglu"):
+        assert K.CASES[op].traffic({"M": 8192, "N": 14336}, BF16) == {
+            "fwd": 3 * glu, "bwd": 5 * glu, "fwdbwd": 8 * glu}
+    qk = 4 * (32 + 8) * 4096 * 128 * BF16
+    assert K.CASES["rope"].traffic(K.CASES["rope"].shapes[0], BF16) == {
+        "fwd": 2 * qk, "bwd": 2 * qk, "fwdbwd": 4 * qk}
+    ce = K.CASES["cross_entropy"]
+    for V in (128256, 256000):
+        assert ce.traffic({"M": 8192, "V": V}, BF16) == {
+            "fwd": 8192 * V * BF16, "bwd": None, "fwdbwd": 2 * 8192 * V * BF16}
+    assert ce.traffic({"M": 8192, "V": 128256}, 4)["fwd"] == 8192 * 128256 * 4  # fp32
+
+
+def test_flops():
+    flce = K.CASES["fused_linear_cross_entropy"]
+    mm = 2 * 8192 * 4096 * 128256
+    assert flce.flops(flce.shapes[0]) == {"fwd": mm, "bwd": None, "fwdbwd": 3 * mm}
+    assert all(v is None for v in flce.traffic(flce.shapes[0], BF16).values())
+    assert all(c.flops is None for op, c in K.CASES.items() if op != "fused_linear_cross_entropy")
+
+
+def test_byte_table_in_help_epilog():
+    text = K.byte_table()
+    for op in K.CASES:
+        assert op in text
+    assert "rms_norm [16384x4096]: fwd 0.268 GB, bwd 0.403 GB, fwd+bwd 0.671 GB" in text
+    assert "fwd 8.61 TFLOP, fwd+bwd 25.8 TFLOP" in text
+
+
+def test_add_rates():
+    copy_bw, mm_rate = 4.0e12, 800e12
+    row = {"fwd_ms": 0.1, "bwd_ms": 0.2, "fwdbwd_ms": float("nan")}
+    K.add_rates(row, {"fwd": 4e8, "bwd": 8e8, "fwdbwd": 1.2e9}, None, copy_bw, mm_rate)
+    assert row["fwd_pct_copy"] == pytest.approx(100.0)   # 4e8 B in 0.1 ms = 4 TB/s
+    assert row["bwd_pct_copy"] == pytest.approx(100.0)
+    assert row["fwdbwd_pct_copy"] is None                # no time, no rate
+    row = {"fwd_ms": 10.0, "fwdbwd_ms": 40.0}
+    K.add_rates(row, {"fwd": None, "bwd": None, "fwdbwd": None},
+                {"fwd": 8e12, "bwd": None, "fwdbwd": 24e12}, copy_bw, mm_rate)
+    assert row["fwd_tflops"] == pytest.approx(800.0)
+    assert row["fwd_pct_matmul"] == pytest.approx(100.0)
+    assert row["fwdbwd_tflops"] == pytest.approx(600.0)
+    assert row["fwdbwd_pct_matmul"] == pytest.approx(75.0)
+    assert row["fwd_pct_copy"] is None
+
+
+def test_parser_defaults_and_options(monkeypatch):
+    monkeypatch.delenv("OUT", raising=False)
+    args = K.build_parser().parse_args([])
+    assert args.ops == list(K.CASES) and args.paths == list(K.PATHS)
+    assert not args.quick and not args.smoke and args.out == "." and args.dtype == "bf16"
+    monkeypatch.setenv("OUT", "/tmp/somewhere")
+    args = K.build_parser().parse_args(["--quick", "--ops", "rms_norm, rope",
+                                        "--paths", "liger-aot,eager", "--dtype", "fp16"])
+    assert args.quick and args.ops == ["rms_norm", "rope"] and args.out == "/tmp/somewhere"
+    assert args.paths == ["liger-aot", "eager"] and args.dtype == "fp16"
+    for bad in (["--ops", "rms_norm,nope"], ["--paths", "triton"], ["--ops", ","],
+                ["--dtype", "fp8"]):
+        with pytest.raises(SystemExit):
+            K.build_parser().parse_args(bad)
+
+
+def test_help_runs_without_gpu():
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    out = subprocess.run([sys.executable, SCRIPT, "--help"], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    for word in ("--ops", "--quick", "--out", "--paths", "--smoke", "do_bench",
+                 "Minimal traffic per op", "fused_linear_cross_entropy"):
+        assert word in out.stdout
+
+
+def test_main_without_gpu_says_so(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    with pytest.raises(SystemExit, match="no CUDA device"):
+        K.main(["--out", str(tmp_path)])
+
+
+def test_rel_error_and_helpers():
+    ref = torch.ones(10)
+    assert K.rel_error(ref.clone(), ref) == 0.0
+    assert K.rel_error(ref * 1.01, ref) == pytest.approx(0.01, rel=1e-4)
+    assert K.rel_error(torch.full((10,), float("nan")), ref) == math.inf
+    assert K.rel_error(torch.ones(9), ref) == math.inf
+    assert K.rel_error(torch.zeros(3), torch.zeros(3)) == 0.0
+    t = torch.randn(2, 3, 4).transpose(1, 2).requires_grad_()
+    c = K.fresh(t)
+    assert c.stride() == t.stride() and c.is_leaf and c.requires_grad
+    assert c.data_ptr() != t.data_ptr()
+    idx = torch.arange(3)
+    assert K.fresh(idx) is idx
+    x = torch.zeros(4)
+    g_new, g_alias = torch.zeros(8), x[:2]
+    assert K.extra_grad_bytes([g_new, g_alias, g_new, None], [x]) == 8 * 4
+
+
+def test_cotangents():
+    gen = torch.Generator()
+    gen.manual_seed(0)
+    outs = (torch.tensor(2.0), torch.randn(2, 3, 4).transpose(1, 2))
+    cots = K.make_cotangents(outs, torch.bfloat16, gen)
+    assert cots[0].dim() == 0 and cots[0].item() == 1.0 and cots[0].dtype == torch.float32
+    assert cots[1].dtype == torch.bfloat16 and cots[1].shape == outs[1].shape
+    assert cots[1].stride() == outs[1].stride()
+
+
+def test_check_path_reports_mismatch():
+    x = torch.randn(4, 8).requires_grad_()
+    setup = K.Setup((x,), lambda x: x * 2, {})
+    gen = torch.Generator()
+    gen.manual_seed(0)
+    ref = K.reference(setup, torch.float32, gen)
+    xs = [K.fresh(x)]
+    assert K.check_path(lambda x: x * 2, xs, ref.cotangents, ref, 1e-6) == 0.0
+    with pytest.raises(AssertionError, match="out0 rel err"):
+        K.check_path(lambda x: x * 2.5, [K.fresh(x)], ref.cotangents, ref, 1e-3)
+    with pytest.raises(AssertionError, match="2 outputs"):
+        K.check_path(lambda x: (x * 2, x), [K.fresh(x)], ref.cotangents, ref, 1e-3)
+
+
+def _fake_rows():
+    rows = []
+    copy_bw, mm = 4.3e12, 790e12
+    for op in ("rms_norm", "layer_norm", "fused_add_rms_norm"):
+        case = K.CASES[op]
+        for shape in case.shapes:
+            for i, path in enumerate(K.PATHS):
+                row = {"op": op, "shape": case.label(shape), "sweep_value": shape["N"],
+                       "standard": shape == case.shapes[0], "path": path, "dtype": "bfloat16",
+                       "status": "ok", "fwd_ms": 0.07 * (1 + i), "fwd_grad_ms": 0.08,
+                       "bwd_ms": 0.1 * (1 + i), "fwdbwd_ms": 0.2 * (1 + i),
+                       "peak_extra_gib": 0.1, "note": ""}
+                rows.append(K.add_rates(row, case.traffic(shape, BF16), None, copy_bw, mm))
+    for op in ("swiglu", "geglu", "rope"):
+        case = K.CASES[op]
+        for path in K.PATHS:
+            row = {"op": op, "shape": case.label(case.shapes[0]), "sweep_value": None,
+                   "standard": True, "path": path, "status": "ok", "fwd_ms": 0.2,
+                   "bwd_ms": 0.3, "fwdbwd_ms": 0.5, "fwd_kernels": 1, "fwdbwd_kernels": 2}
+            rows.append(K.add_rates(row, case.traffic(case.shapes[0], BF16), None, copy_bw, mm))
+    ce = K.CASES["cross_entropy"]
+    for shape, ms in zip(ce.shapes, (1.0, 2.1)):
+        row = {"op": "cross_entropy", "shape": ce.label(shape), "sweep_value": shape["V"],
+               "standard": shape == ce.shapes[0], "path": "liger-aot", "status": "ok",
+               "fwd_ms": ms / 2, "fwdbwd_ms": ms}
+        rows.append(K.add_rates(row, ce.traffic(shape, BF16), None, copy_bw, mm))
+    rows.append({"op": "cross_entropy", "shape": ce.label(ce.shapes[0]), "sweep_value": 128256,
+                 "standard": True, "path": "liger-kernel", "status": "check failed",
+                 "note": "AssertionError: mismatch"})
+    flce = K.CASES["fused_linear_cross_entropy"]
+    row = {"op": "fused_linear_cross_entropy", "shape": flce.label(flce.shapes[0]),
+           "sweep_value": None, "standard": True, "path": "liger-aot", "status": "ok",
+           "fwd_ms": 13.0, "fwdbwd_ms": 43.5, "peak_extra_gib": 0.25}
+    rows.append(K.add_rates(row, flce.traffic(flce.shapes[0], BF16),
+                            flce.flops(flce.shapes[0]), copy_bw, mm))
+    return rows
+
+
+def test_csv_round_trip(tmp_path):
+    rows = _fake_rows()
+    path = tmp_path / "kernels.csv"
+    K.write_csv(rows, str(path))
+    with open(path, newline="") as f:
+        back = list(csv.DictReader(f))
+    assert tuple(back[0]) == K.COLUMNS
+    assert len(back) == len(rows)
+    first = back[0]
+    assert first["op"] == "rms_norm" and first["path"] == "liger-aot"
+    assert float(first["fwd_bytes"]) == 2 * 16384 * 4096 * 2
+    assert float(first["fwd_pct_copy"]) == pytest.approx(
+        100 * 2 * 16384 * 4096 * 2 / 0.07e-3 / 4.3e12, rel=1e-5)
+    failed = next(r for r in back if r["status"] == "check failed")
+    assert failed["fwd_ms"] == "" and "mismatch" in failed["note"]
+    flce = next(r for r in back if r["op"] == "fused_linear_cross_entropy")
+    assert float(flce["fwdbwd_tflops"]) == pytest.approx(3 * 2 * 8192 * 4096 * 128256 / 43.5e-3
+                                                         / 1e12, rel=1e-5)
+
+
+def test_table_rows():
+    header = K.table_header()
+    for word in ("fwd ms", "bwd ms", "f+b ms", "fwd%cp", "TFLOP/s", "peakGiB", "status"):
+        assert word in header
+    rows = _fake_rows()
+    lines = [K.format_row(r) for r in rows]
+    assert all(line.split()[0] == r["op"][:26] for line, r in zip(lines, rows))
+    failed = next(line for line, r in zip(lines, rows) if r["status"] == "check failed")
+    assert "check failed: AssertionError: mismatch" in failed and " - " in failed
+
+
+def test_targets():
+    lines = K.evaluate_targets(_fake_rows())
+    text = "\n".join(lines)
+    assert "rms_norm forward >= 90% of copy" in text
+    # fabricated: liger-aot fwd at 0.07 ms is 178% of copy (pass); eager at half that rate
+    # with bwd 2x slower fails the 80% backward target at every N
+    bwd = next(line for line in lines if line.startswith("rms_norm backward"))
+    assert "liger-aot min" in bwd and "PASS" in bwd and "FAIL" in bwd
+    assert "cross_entropy fwd+bwd V 128256 -> 256000 (linear: x2.00): liger-aot 1.000 -> " \
+           "2.100 ms (x2.10)" in text
+    assert "fused_linear_cross_entropy 8192x4096->128256 liger-aot: fwd+bwd 43.50 ms" in text
+    assert "rope GPU kernels per call (fwd / fwd+bwd, torch.profiler): liger-aot 1 / 2" in text
+    assert K.evaluate_targets([]) == []
+
+
+def test_plots(tmp_path):
+    pytest.importorskip("matplotlib")
+    files = K.write_plots(_fake_rows(), str(tmp_path))
+    names = sorted(os.path.basename(f) for f in files)
+    assert names == ["kernels.png", "kernels_fused_add_rms_norm_sweep.png",
+                     "kernels_layer_norm_sweep.png", "kernels_rms_norm_sweep.png"]
+    for f in files:
+        with open(f, "rb") as fh:
+            assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_smoke_end_to_end(tmp_path):
+    """The whole script on the CPU: tiny shapes, liger-aot through Triton's interpreter and
+    eager, each checked against the fp32 reference, then 'timed'."""
+    rows = K.main(["--smoke", "--quick", "--ops", "rms_norm,rope,cross_entropy",
+                   "--paths", "liger-aot,eager,liger-kernel", "--out", str(tmp_path)])
+    by_path = {(r["op"], r["path"]): r for r in rows}
+    for op in ("rms_norm", "rope", "cross_entropy"):
+        for path in ("liger-aot", "eager"):
+            r = by_path[(op, path)]
+            assert r["status"] == "ok", r
+            assert r["max_rel_err"] < 2e-2
+            assert all(r[k] > 0 for k in ("fwd_ms", "fwd_grad_ms", "bwd_ms", "fwdbwd_ms"))
+        assert by_path[(op, "liger-kernel")]["status"] in ("ok", "n/a", "check failed")
+    assert (tmp_path / "kernels.csv").exists()
+    assert (tmp_path / "kernels_targets.txt").read_text().startswith("rms_norm")

@@ -5,8 +5,7 @@ sources (so candidates need no rebuild). A step toward `liger-aot tune`.
 
 1. rms_norm_fwd at 16384 x N (bf16) for N in 1024..65536 over (BLOCK_M, BLOCK_N, num_warps)
    candidates; achieved bandwidth counts 2*M*N*2 bytes against the measured copy ceiling.
-2. cross-entropy at 8192 x 128256 (bf16): the forward kernel without and with the gradient
-   pass, and the backward's scale, timed apart to locate the forward+backward time.
+(Cross-entropy has its own sweep: benchmarks/sweep_cross_entropy.py.)
 Writes sweep_configs.csv to --out.
 """
 from __future__ import annotations
@@ -81,29 +80,6 @@ def main():
               f"warps={best[5]} {best[6]:.3f} ms ({best[7]:.0%} of copy); current "
               f"{cur[6]:.3f} ms ({cur[7]:.0%})" if cur else "current config not in sweep")
         del x, y
-
-    # Cross-entropy: where does forward+backward go?
-    from liger_aot.ops.cross_entropy import cross_entropy
-    M, V = 8192, 128256
-    logits = torch.randn(M, V, device="cuda", dtype=torch.bfloat16)
-    target = torch.randint(0, V, (M,), device="cuda")
-    with torch.no_grad():
-        t_loss = do_bench(lambda: cross_entropy(logits, target), return_mode="median")
-    leaf = logits.clone().requires_grad_()
-    t_fwd_grad = do_bench(lambda: cross_entropy(leaf, target), return_mode="median")
-
-    def fwd_bwd():
-        leaf.grad = None
-        cross_entropy(leaf, target).backward()
-
-    t_all = do_bench(fwd_bwd, return_mode="median")
-    g = torch.empty_like(logits)
-    go = torch.tensor(1.0, device="cuda")
-    t_scale = do_bench(lambda: g.mul_(go), return_mode="median")
-    for name, ms in (("ce loss only", t_loss), ("ce forward with grad", t_fwd_grad),
-                     ("ce forward+backward", t_all), ("bf16 grad.mul_(0-d fp32)", t_scale)):
-        print(f"{name:<28} {ms:8.3f} ms")
-        rows.append(("cross_entropy", V, "", "", "", "", ms, "", name))
 
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "sweep_configs.csv"), "w", newline="") as f:

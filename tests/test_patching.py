@@ -68,6 +68,29 @@ def test_instance_patch_inside_a_wrapper_and_revert():
     assert modeling.LlamaRMSNorm.__name__ == "LlamaRMSNorm"
 
 
+def test_patch_reaches_classes_transformers_cached_before_it():
+    # a model type built through the auto classes before the patch: transformers' lazy
+    # package (and the top-level module) cached the original class, which the auto classes
+    # return; the patch and its revert must rebind those too
+    import transformers
+    from transformers import AutoModelForCausalLM
+    from transformers.models import qwen2 as qwen2_package
+
+    AutoModelForCausalLM.from_config(tiny_config("qwen2"))
+    original = transformers.Qwen2ForCausalLM
+    assert qwen2_package.Qwen2ForCausalLM is original
+    try:
+        monkey_patch.apply_liger_kernel_to_qwen2()
+        assert qwen2_package.Qwen2ForCausalLM.__name__ == "LigerQwen2ForCausalLM"
+        assert transformers.Qwen2ForCausalLM is qwen2_package.Qwen2ForCausalLM
+        model = AutoModelForCausalLM.from_config(tiny_config("qwen2"))
+        assert type(model).__name__ == "LigerQwen2ForCausalLM"
+    finally:
+        revert_liger_kernel("qwen2")
+    assert qwen2_package.Qwen2ForCausalLM is original
+    assert transformers.Qwen2ForCausalLM is original
+
+
 def test_auto_model_from_config_and_pretrained(tmp_path):
     from liger_aot.transformers.auto_model import AutoLigerKernelForCausalLM
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -289,7 +290,7 @@ def apply_liger_kernel(model_type: str, rope: bool = True, cross_entropy: bool =
             continue  # class absent from this transformers version
         original = _original(current)
         patched = _patched_class(original, tag, factory)
-        setattr(modeling, name, patched)
+        _rebind(modeling, name, patched)
         by_original[original] = patched
     if rope and patch.rope and hasattr(modeling, "apply_rotary_pos_emb"):
         current = modeling.apply_rotary_pos_emb
@@ -322,6 +323,18 @@ def apply_liger_kernel_to_instance(model: torch.nn.Module, **kwargs) -> torch.nn
     return model
 
 
+def _rebind(modeling, name: str, cls: type) -> None:
+    """Bind a class in its modeling module and in the re-exports transformers' lazy packages
+    have cached (transformers.models.<family>.<name>, transformers.<name>): the auto classes
+    look the class up there, so a model type used before the patch would keep its old class."""
+    setattr(modeling, name, cls)
+    package = sys.modules.get(modeling.__name__.rpartition(".")[0])
+    for holder in (package, sys.modules.get("transformers")):
+        cached = vars(holder).get(name) if holder is not None else None
+        if isinstance(cached, type) and _original(cached) is _original(cls):
+            setattr(holder, name, cls)
+
+
 def revert_liger_kernel(model_type: str, model: torch.nn.Module | None = None) -> None:
     """Undo apply_liger_kernel for a model family (and an instance, when given)."""
     patch = MODEL_PATCHES.get(model_type)
@@ -331,7 +344,7 @@ def revert_liger_kernel(model_type: str, model: torch.nn.Module | None = None) -
     for name in patch.rms_norm + patch.mlp + patch.causal_lm:
         current = getattr(modeling, name, None)
         if current is not None:
-            setattr(modeling, name, _original(current))
+            _rebind(modeling, name, _original(current))
     current = getattr(modeling, "apply_rotary_pos_emb", None)
     if current is not None:
         modeling.apply_rotary_pos_emb = getattr(current, "liger_aot_original", current)

@@ -6,6 +6,8 @@ Output layout, per arch:  <out>/<arch>/manifest.json  and  <out>/<arch>/<key>.<c
 Guarantees:
 - Content-addressed keys (kernel source, Triton and ptxas versions, target, signature,
   constexprs, hints, options): a rebuild with nothing changed compiles nothing.
+- An arch with a tuned table (kernel_src/tuned/<arch>.json) also compiles the configs it chose;
+  the manifest records the table's sha256, which the runtime checks before using the table.
 - One build per arch directory at a time (filelock); every file is written to a temporary
   name and renamed into place, binary first, then its .meta.json, then the manifest. A build
   killed at any point leaves either complete files or temporaries that the next build
@@ -26,7 +28,8 @@ from dataclasses import dataclass
 
 from filelock import FileLock, Timeout
 
-from liger_aot.kernel_src import all_specs
+from liger_aot.kernel_src import all_specs, tuning
+from liger_aot.kernel_src.spec import Config
 from liger_aot.artifact_format import BINARY_EXT, MANIFEST_FORMAT, TARGETS, launch_abi_of
 
 BUILDER_VERSION = 1  # bump when the build's output for the same inputs changes
@@ -96,26 +99,37 @@ def variant_key(variant, arch: str, toolchain: dict) -> str:
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
 
-_WORKER_VARIANTS = None
-
-
 def _worker_init():
     os.environ.pop("TRITON_INTERPRET", None)  # compile for real even if the parent interprets
 
 
+def _job(variant, arch: str, key: str, directory: str, toolchain: dict) -> tuple:
+    """A compile job. It describes its variant in full (config included), so the worker needs
+    neither the tuned table nor the parent's objects."""
+    described = (variant.spec.name, variant.dtype, variant.align, variant.options,
+                 tuning.config_record(variant.config))
+    return variant.name, arch, key, directory, toolchain, described
+
+
+def _described_variant(name: str, described: tuple):
+    spec_name, dtype, align, options, record = described
+    spec = next(s for s in all_specs() if s.name == spec_name)
+    config = Config(record["constexprs"], record["num_warps"], record["num_stages"])
+    variant = spec.variant(dtype, align, options, config)
+    assert variant.name == name, (variant.name, name)
+    return variant
+
+
 def compile_variant(job: tuple) -> dict:
     """Compile one variant and write <key>.<ext> and <key>.meta.json. Runs in a worker."""
-    global _WORKER_VARIANTS
-    name, arch, key, directory, toolchain = job
+    name, arch, key, directory, toolchain, described = job
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     from liger_aot.kernel_src import triton_function
 
-    if _WORKER_VARIANTS is None:
-        _WORKER_VARIANTS = {v.name: v for s in all_specs() for v in s.variants()}
-    variant = _WORKER_VARIANTS[name]
+    variant = _described_variant(name, described)
     backend, target_arch, warp = TARGETS[arch]
     started = time.perf_counter()
     source = ASTSource(triton_function(variant.spec), signature=variant.signature(),
@@ -212,6 +226,12 @@ def _clean_temporaries(directory: str) -> int:
     return removed
 
 
+def plan_arch(arch: str, toolchain: dict) -> dict:
+    """variant name -> (variant, key): everything the arch's build holds."""
+    return {v.name: (v, variant_key(v, arch, toolchain))
+            for spec in all_specs() for v in spec.variants(arch)}
+
+
 def build_arch(arch: str, out: str, pool, log=print, lock_timeout: float = -1) -> ArchResult:
     backend = TARGETS[arch][0]
     directory = os.path.join(out, arch)
@@ -229,16 +249,13 @@ def build_arch(arch: str, out: str, pool, log=print, lock_timeout: float = -1) -
         if leftovers:
             log(f"[{arch}] removed {leftovers} temporary file(s) left by an interrupted build")
         toolchain = _toolchain(backend)
-        plan = {}
-        for spec in all_specs():
-            for variant in spec.variants():
-                plan[variant.name] = variant_key(variant, arch, toolchain)
+        plan = plan_arch(arch, toolchain)
         result.variants = len(plan)
         entries, todo = {}, []
-        for name, key in plan.items():
+        for name, (variant, key) in plan.items():
             meta = load_complete(directory, key)
             if meta is None:
-                todo.append((name, arch, key, directory, toolchain))
+                todo.append(_job(variant, arch, key, directory, toolchain))
             else:
                 entries[name] = meta
         result.reused = len(entries)
@@ -271,6 +288,7 @@ def build_arch(arch: str, out: str, pool, log=print, lock_timeout: float = -1) -
             "launch_abi": launch_abi_of(toolchain["triton_version"]),
             "triton_version": toolchain["triton_version"],
             "ptxas_version": toolchain["ptxas_version"],
+            "tuned_sha256": tuning.table_sha256(arch),
             "variants": {name: {k: v for k, v in entries[name].items()
                                 if k not in ("triton_version", "ptxas_version")}
                          for name in sorted(entries)},

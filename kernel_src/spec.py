@@ -101,7 +101,8 @@ class KernelSpec:
     family: str  # op family = module folder under kernel_src, e.g. "rms_norm"
     function: str  # name of the @triton.jit function in kernel_src/<family>/kernels.py
     params: tuple  # tuple[Param, ...] in kernel order, constexprs excluded
-    configs: tuple  # tuple[Config, ...]: every config the rule may pick
+    configs: tuple  # tuple[Config, ...]: every config the rule may pick (tuning.py adds an
+    # arch's tuned configs)
     dtypes: tuple = ("fp32", "bf16", "fp16")
     # Feature constexprs compiled as separate variants: name -> allowed values.
     options: dict = field(default_factory=dict)
@@ -113,12 +114,19 @@ class KernelSpec:
         """One character per launch parameter, hidden trailing parameters included."""
         return "".join(KIND_CODES[p.kind] for p in self.params) + HIDDEN_PARAMS
 
-    def variants(self) -> Iterator[Variant]:
+    def variants(self, arch: str | None = None) -> Iterator[Variant]:
+        """Every variant of the heuristic configs; with an arch, also of the configs its tuned
+        table chose (kernel_src/tuned/<arch>.json, see tuning.py)."""
+        configs = self.configs
+        if arch is not None:
+            from .tuning import arch_configs  # tuning imports this module
+
+            configs = arch_configs(self, arch)
         option_names = sorted(self.options)
         for dtype in self.dtypes:
             for align in ALIGN_CLASSES:
                 for values in itertools.product(*(self.options[n] for n in option_names)):
-                    for config in self.configs:
+                    for config in configs:
                         yield Variant(self, dtype, align, tuple(zip(option_names, values)), config)
 
     def variant(self, dtype: str, align: str, options: tuple, config: Config) -> Variant:

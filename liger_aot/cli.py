@@ -1,4 +1,4 @@
-"""liger-aot command line: build | wheel | inspect | verify."""
+"""liger-aot command line: build | wheel | inspect | verify | tune."""
 from __future__ import annotations
 
 import argparse
@@ -68,6 +68,8 @@ def _describe_device() -> tuple:
 
 
 def cmd_inspect(args) -> int:
+    from liger_aot.kernel_src import tuning
+
     device_arch_name, description = _describe_device()
     print(f"device: {description}")
     any_set = False
@@ -83,6 +85,11 @@ def cmd_inspect(args) -> int:
             print(f"  Triton {m['triton_version']}, ptxas {m.get('ptxas_version')}, "
                   f"{len(m['variants'])} variants, "
                   f"{sum(e['size'] for e in m['variants'].values()):,} bytes")
+            built, installed = m.get("tuned_sha256"), tuning.table_sha256(arch)
+            if built or installed:
+                print(f"  tuned table {built[:12] if built else 'none'}" + (
+                    "" if built == installed else f", not the installed "
+                    f"{installed[:12] if installed else 'none'}: heuristic configs are used"))
             per_op = Counter(name.split(".")[0] for name in m["variants"])
             for op, count in sorted(per_op.items()):
                 print(f"  {op:<28} {count:>5} variants")
@@ -95,10 +102,9 @@ def cmd_inspect(args) -> int:
 def cmd_verify(args) -> int:
     """Check every variant of every artifact set found (or of --dir) against its manifest and
     the installed kernel sources; exit 1 on any problem."""
-    from liger_aot.kernel_src import all_specs
+    from liger_aot.kernel_src import all_specs, tuning
     from liger_aot.runtime import registry
 
-    variants = {v.name: v for spec in all_specs() for v in spec.variants()}
     if args.dir:
         sets = [registry.load_set(os.path.join(args.dir, a), "dir", a) for a in TARGETS
                 if os.path.isfile(os.path.join(args.dir, a, "manifest.json"))]
@@ -110,9 +116,17 @@ def cmd_verify(args) -> int:
             print(f"REFUSED {s.error}")
             problems += 1
             continue
-        bad = 0
+        variants = {v.name: v for spec in all_specs() for v in spec.variants(s.arch)}
+        other_table = s.manifest.get("tuned_sha256") != tuning.table_sha256(s.arch)
+        if other_table:
+            print(f"NOTE {s.arch}: built with another tuned table than the installed "
+                  f"{tuning.table_path(s.arch)}; the runtime uses the heuristic configs")
+        bad = unknown = 0
         for name, entry in s.manifest["variants"].items():
             variant = variants.get(name)
+            if variant is None and other_table:
+                unknown += 1  # a config of the other table: not checkable, never used
+                continue
             if variant is None:
                 reason = f"{name}: not a variant of the installed specs"
             else:
@@ -122,13 +136,23 @@ def cmd_verify(args) -> int:
                 print(f"BAD {s.arch}: {reason}")
                 bad += 1
         missing = len(variants) - len(set(variants) & set(s.manifest["variants"]))
-        print(f"{s.arch} [{s.source}] {s.directory}: {len(s.manifest['variants']) - bad} ok, "
-              f"{bad} bad, {missing} of the specs' variants absent")
+        print(f"{s.arch} [{s.source}] {s.directory}: "
+              f"{len(s.manifest['variants']) - bad - unknown} ok, {bad} bad, {missing} of the "
+              f"specs' variants absent" + (f", {unknown} of the other table" if unknown else ""))
         problems += bad
     if not sets:
         print("no artifact sets found")
         return 1
     return 1 if problems else 0
+
+
+def cmd_tune(args) -> int:
+    from liger_aot.build_tools import aot, tune
+
+    archs = aot.parse_archs(args.arch)
+    if len(archs) != 1:
+        raise ValueError("tune one arch at a time, on a GPU of that arch")
+    return tune.run(archs[0], specs=args.specs, out=args.out, dry_run=args.dry_run)
 
 
 def main(argv=None) -> int:
@@ -166,6 +190,34 @@ def main(argv=None) -> int:
     p = sub.add_parser("verify", help="check every binary against its manifest (exit 1 if bad)")
     p.add_argument("--dir", help="verify this artifact root instead of the sets found")
     p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser(
+        "tune", help="measure candidate configs on this GPU and write the arch's tuned table",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""\
+Measure candidate configs of the size-dependent kernels (norms, SwiGLU, softmax) on this GPU,
+which must be of --arch, and write the arch's tuned table. `liger-aot build --arch ARCH`
+compiles what it chose and the runtime picks from it on that arch; archs without a table use
+the specs' heuristic rules.""",
+        epilog="""\
+Per spec and representative shape (one per size bucket: the row length rounded up to a power
+of two, plus flags such as the fused residual), every candidate runs once through Triton JIT
+and is checked against a torch reference (wrong or failing ones are dropped), then timed
+(triton.testing.do_bench median, bf16). The heuristic config stays unless the best is more
+than 2% faster. Entries of other specs in an existing table are kept. Every spec: about 3
+minutes on an H200. Commit the table, then rebuild the arch.
+
+  liger-aot tune --arch sm90                       # every spec
+  liger-aot tune --arch sm90 --specs rms_norm_fwd  # one spec, merged into the table
+  liger-aot tune --arch sm90 --dry-run             # the plan (needs no GPU)""")
+    p.add_argument("--arch", required=True, help=f"the arch of this GPU: one of {archs}")
+    p.add_argument("--specs", help="comma-separated spec names (default: every tunable spec; "
+                                   "--dry-run lists them)")
+    p.add_argument("--out", help="table to write, atomically (default: "
+                                 "kernel_src/tuned/<arch>.json of this liger_aot)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the specs, shapes and candidate counts; measure and write nothing")
+    p.set_defaults(func=cmd_tune)
 
     args = parser.parse_args(argv)
     try:

@@ -32,8 +32,10 @@ from _artifacts import environ, session_triton_cache, shared_build
 
 REPO = Path(__file__).resolve().parents[1]
 ALL_ARCHS = ("sm80", "sm90", "gfx90a", "gfx942")
-VARIANTS = {v.name: v for spec in all_specs() for v in spec.variants()}
-N_VARIANTS = len(VARIANTS)
+# per arch: the specs' variants plus those of the arch's tuned table (kernel_src/tuned)
+VARIANTS = {arch: {v.name: v for spec in all_specs() for v in spec.variants(arch)}
+            for arch in ALL_ARCHS}
+N_VARIANTS = {arch: len(variants) for arch, variants in VARIANTS.items()}
 
 
 @pytest.fixture(scope="session")
@@ -96,9 +98,9 @@ def test_all_archs_build(shared):
     root, results = shared
     assert set(results) == set(ALL_ARCHS)
     for arch, r in results.items():
-        assert r.variants == N_VARIANTS
+        assert r.variants == N_VARIANTS[arch]
         assert r.failed == 0
-        assert r.compiled + r.reused == N_VARIANTS
+        assert r.compiled + r.reused == N_VARIANTS[arch]
         assert r.bytes > 0
         assert (root / arch / "manifest.json").is_file()
         # nothing but the manifest, the lock and one binary + meta per distinct key
@@ -214,12 +216,12 @@ def test_manifest_contents(shared, arch):
         assert re.fullmatch(r"\d+\.\d+\.\d+", m["ptxas_version"]), m["ptxas_version"]
     else:
         assert m["ptxas_version"] is None
-    assert set(m["variants"]) == set(VARIANTS)
+    assert set(m["variants"]) == set(VARIANTS[arch])
 
     toolchain = {"triton_version": m["triton_version"], "ptxas_version": m["ptxas_version"]}
     keys = set()
     for name, e in m["variants"].items():
-        variant = VARIANTS[name]
+        variant = VARIANTS[arch][name]
         spec = variant.spec
         assert re.fullmatch(r"[0-9a-f]{64}", e["key"]), name
         assert e["key"] == aot.variant_key(variant, arch, toolchain), name
@@ -255,7 +257,7 @@ def test_rebuild_compiles_nothing(shared, tmp_path_factory):
     results, _ = _build(tmp_path_factory, ALL_ARCHS, root)
     for r in results:
         assert (r.variants, r.compiled, r.reused, r.removed, r.failed) == (
-            N_VARIANTS, 0, N_VARIANTS, 0, 0), r
+            N_VARIANTS[r.arch], 0, N_VARIANTS[r.arch], 0, 0), r
     assert aot.format_summary(results, 0.1).endswith("nothing to compile: up to date")
     for arch in ALL_ARCHS:
         assert _mtimes(root / arch) == before[arch], arch
@@ -271,7 +273,8 @@ def test_cli_rebuild_says_up_to_date(shared, tmp_path_factory, tmp_path):
     assert out.returncode == 0, out.stderr
     assert "nothing to compile: up to date" in out.stdout
     rows = _summary(out.stdout)
-    assert rows == {arch: (N_VARIANTS, 0, N_VARIANTS, 0) for arch in ALL_ARCHS}, out.stdout
+    assert rows == {arch: (N_VARIANTS[arch], 0, N_VARIANTS[arch], 0) for arch in ALL_ARCHS}, \
+        out.stdout
     for arch in ALL_ARCHS:
         assert _mtimes(root / arch) == before[arch], arch
     assert not list(tmp_path.iterdir())  # nothing written into the working directory
@@ -314,7 +317,7 @@ def test_damaged_variant_is_recompiled(shared, tmp_path_factory, tmp_path, how):
 
     results, _ = _build(tmp_path_factory, [arch], tmp_path)
     r = results[0]
-    assert (r.compiled, r.reused, r.failed) == (1, N_VARIANTS - 1, 0), r
+    assert (r.compiled, r.reused, r.failed) == (1, N_VARIANTS[arch] - 1, 0), r
     data = (directory / entry["file"]).read_bytes()
     assert hashlib.sha256(data).hexdigest() == entry["sha256"]
     assert aot.load_complete(str(directory), entry["key"]) == {
@@ -388,7 +391,7 @@ def test_interrupted_build_recovers(shared, tmp_path_factory, tmp_path):
     assert not _live_group_members(proc.pid)
 
     n_binaries = len(list(directory.glob("*.cubin")))
-    assert 0 < n_binaries < N_VARIANTS
+    assert 0 < n_binaries < N_VARIANTS[arch]
     manifest = directory / "manifest.json"
     if manifest.exists():  # never expected: the manifest is written last
         check = _cli(["verify", "--dir", str(out)], _cli_env(tmp_path_factory), tmp_path)
@@ -406,11 +409,12 @@ def test_interrupted_build_recovers(shared, tmp_path_factory, tmp_path):
     assert f"removed {len(temporaries)} temporary file(s) left by an interrupted build" \
         in res.stdout
     variants, compiled, reused, removed = _summary(res.stdout)[arch]
-    assert (variants, compiled, reused) == (N_VARIANTS, N_VARIANTS - complete, complete)
+    assert (variants, compiled, reused) == (N_VARIANTS[arch], N_VARIANTS[arch] - complete,
+                                            complete)
     assert not [p for p in directory.iterdir() if p.name.startswith(".tmp-")]
     check = _cli(["verify", "--dir", str(out)], _cli_env(tmp_path_factory), tmp_path)
     assert check.returncode == 0, check.stdout + check.stderr
-    assert f"{N_VARIANTS} ok, 0 bad, 0 of the specs' variants absent" in check.stdout
+    assert f"{N_VARIANTS[arch]} ok, 0 bad, 0 of the specs' variants absent" in check.stdout
 
 
 @pytest.mark.slow
@@ -452,14 +456,15 @@ def test_concurrent_builds_share_the_work(shared, tmp_path_factory, tmp_path):
     for p, text in zip(procs, outputs):
         assert p.returncode == 0, text
     rows = [_summary(text)[arch] for text in outputs]
-    assert sum(r[1] for r in rows) == N_VARIANTS, rows
-    assert all(r[0] == N_VARIANTS and r[1] + r[2] == N_VARIANTS for r in rows), rows
-    assert sorted(r[1] for r in rows) == [0, N_VARIANTS], rows
+    n = N_VARIANTS[arch]
+    assert sum(r[1] for r in rows) == n, rows
+    assert all(r[0] == n and r[1] + r[2] == n for r in rows), rows
+    assert sorted(r[1] for r in rows) == [0, n], rows
     second = outputs[[r[1] for r in rows].index(0)]
     assert "nothing to compile: up to date" in second
     check = _cli(["verify", "--dir", str(out)], _cli_env(tmp_path_factory), tmp_path)
     assert check.returncode == 0, check.stdout + check.stderr
-    assert f"{N_VARIANTS} ok, 0 bad, 0 of the specs' variants absent" in check.stdout
+    assert f"{n} ok, 0 bad, 0 of the specs' variants absent" in check.stdout
 
 
 # -- bad command lines ----------------------------------------------------------------------

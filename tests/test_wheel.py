@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow  # builds artifacts (shared with test_build.py) an
 REPO = Path(__file__).resolve().parents[1]
 ARCHS = ("sm90", "sm80")
 VERSION = liger_aot.__version__
-N_VARIANTS = sum(1 for spec in all_specs() for _ in spec.variants())
+N_VARIANTS = {arch: sum(1 for spec in all_specs() for _ in spec.variants(arch)) for arch in ARCHS}
 
 
 # -- fixtures -------------------------------------------------------------------------------
@@ -163,10 +163,13 @@ def test_package_wheel_metadata_and_contents(wheels):
             assert name in names, name
             assert files[name] == (REPO / "kernel_src" / family / part).read_bytes()
     for name in ("liger_aot/__init__.py", "liger_aot/__main__.py", "liger_aot/cli.py",
-                 "liger_aot/kernel_src/spec.py", "liger_aot/build_tools/aot.py",
+                 "liger_aot/kernel_src/spec.py", "liger_aot/kernel_src/tuning.py",
+                 "liger_aot/build_tools/aot.py", "liger_aot/build_tools/tune.py",
                  "liger_aot/build_tools/wheel.py", "liger_aot/runtime/driver.py",
                  "liger_aot/runtime/registry.py", "liger_aot/ops/__init__.py"):
         assert name in names, name
+    for table in (REPO / "kernel_src" / "tuned").glob("*.json"):  # tuned tables travel too
+        assert files[f"liger_aot/kernel_src/tuned/{table.name}"] == table.read_bytes()
     assert not [n for n in names if "__pycache__" in n or n.endswith((".pyc", ".pyo"))]
     assert not [n for n in names if n.endswith((".cubin", ".hsaco"))]
     assert {n.split("/")[0] for n in names} == {"liger_aot", _dist_info("liger-aot")}
@@ -184,7 +187,7 @@ def test_arch_wheel_metadata_and_contents(wheels, arch):
     manifest_bytes = (build_dir / arch / "manifest.json").read_bytes()
     assert files[f"{package}/manifest.json"] == manifest_bytes
     manifest = json.loads(manifest_bytes)
-    assert manifest["arch"] == arch and len(manifest["variants"]) == N_VARIANTS
+    assert manifest["arch"] == arch and len(manifest["variants"]) == N_VARIANTS[arch]
     binaries = {f"{package}/{e['file']}" for e in manifest["variants"].values()}
     payload = {n for n in files if not n.startswith(_dist_info(dist))}
     assert payload == binaries | {f"{package}/__init__.py", f"{package}/manifest.json"}
@@ -248,7 +251,8 @@ def test_installed_cli_inspect(venv):
         line = f"{arch} [wheel] {site / f'liger_aot_{arch}'}"
         assert line in out, out
     assert "REFUSED" not in out
-    assert out.count(f"{N_VARIANTS} variants") == len(ARCHS), out
+    for arch in ARCHS:
+        assert f", {N_VARIANTS[arch]} variants, " in out, out
     assert "gfx942 [" not in out and "gfx90a [" not in out
 
 
@@ -256,7 +260,7 @@ def test_installed_cli_verify(venv):
     v, site, env, cwd = venv
     res = _run([v / "bin" / "liger-aot", "verify"], env, cwd)
     for arch in ARCHS:
-        assert (f"{arch} [wheel] {site / f'liger_aot_{arch}'}: {N_VARIANTS} ok, 0 bad, "
+        assert (f"{arch} [wheel] {site / f'liger_aot_{arch}'}: {N_VARIANTS[arch]} ok, 0 bad, "
                 f"0 of the specs' variants absent") in res.stdout, res.stdout
 
 

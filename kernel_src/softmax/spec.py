@@ -24,15 +24,26 @@ def select_config(n_cols: int) -> Config:
     return LOOPED
 
 
-def split(n_rows: int, n_cols: int, target_programs: int) -> tuple:
-    """(chunk_cols, n_chunks) for the looped config: one chunk per row when there are enough
-    rows to fill `target_programs`, else the row split into BLOCK_N-multiple chunks."""
-    block = LOOPED.constexprs["BLOCK_N"]
+def split(n_rows: int, n_cols: int, target_programs: int,
+          block: int = LOOPED.constexprs["BLOCK_N"]) -> tuple:
+    """(chunk_cols, n_chunks) for a looped config of BLOCK_N `block`: one chunk per row when
+    there are enough rows to fill `target_programs`, else the row split into block-multiple
+    chunks."""
     blocks = (n_cols + block - 1) // block
     want = min(MAX_CHUNKS, blocks, max(1, (target_programs + n_rows - 1) // max(n_rows, 1)))
     chunk_blocks = (blocks + want - 1) // want
     chunk_cols = chunk_blocks * block
     return chunk_cols, (n_cols + chunk_cols - 1) // chunk_cols
+
+
+def plan(config: Config, n_rows: int, n_cols: int, target_programs: int) -> tuple:
+    """(grid, chunk_cols, n_chunks, phases) of the launches over n_rows x n_cols."""
+    if not config.constexprs["LOOP"]:
+        block_m = config.constexprs["BLOCK_M"]
+        return ((n_rows + block_m - 1) // block_m,), 0, 1, (PHASE_FUSED,)
+    chunk_cols, n_chunks = split(n_rows, n_cols, target_programs, config.constexprs["BLOCK_N"])
+    phases = (PHASE_FUSED,) if n_chunks == 1 else (PHASE_STATS, PHASE_APPLY)
+    return (n_rows, n_chunks), chunk_cols, n_chunks, phases
 
 
 FWD = KernelSpec(

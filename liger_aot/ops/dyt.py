@@ -23,7 +23,7 @@ def dyt_forward(x, alpha, gamma, beta):
     rows = x2.shape[0]
     y = torch.empty((rows, n), dtype=x.dtype, device=x.device)
     if rows and n:
-        config = spec.select_config(n)
+        config = _fwd.select_config(x2.get_device(), n)
         block_m = config.constexprs["BLOCK_M"]
         _fwd.launch(((rows + block_m - 1) // block_m, spec.col_blocks(n, config)), y, x2,
                     alpha, gamma, gamma if beta is None else beta, rows, n,
@@ -39,7 +39,7 @@ def dyt_backward(dy, x2, alpha, gamma):
     if dy2.dtype != x2.dtype:
         dy2 = dy2.to(x2.dtype)
     dx = torch.empty((rows, n), dtype=x2.dtype, device=x2.device)
-    config = spec.select_bwd_config(n)
+    config = _bwd.select_config(x2.get_device(), n)
     blocks = spec.col_blocks(n, config) if n else 0
     programs = 0
     if rows and n:

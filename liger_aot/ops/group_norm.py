@@ -59,7 +59,7 @@ def group_norm_backward(dy, x3, weight, mean, rstd, num_groups):
     if rows and cpg * hw:
         _bwd.launch((rows,), dx, dw_partial, db_partial, dy3, x3, weight, mean, rstd,
                     num_groups, cpg, hw, cpg * hw, dtype=x3.dtype,
-                    config=spec.select_bwd_config(hw))
+                    config=_bwd.select_config(x3.get_device(), hw))
     elif hw == 0:
         dw_partial.zero_()  # no spatial positions: every sum is empty
         db_partial.zero_()

@@ -57,7 +57,7 @@ def label_args(labels, ignore_index, device):
 
 def _launch(x2, y2, labels, beta, ignore_index, *, loss_partial=None, dx=None, go=None):
     rows, n = x2.shape
-    config = spec.select_config(n)
+    config = _jsd.select_config(x2.get_device(), n)
     grid = spec.grid(rows, n, config)
     lab, n_valid, has_label, divisor = label_args(labels, ignore_index, x2.device)
     _jsd.launch(grid, go if loss_partial is None else loss_partial,
@@ -77,7 +77,7 @@ def jsd_forward(x, y, labels, beta, ignore_index):
         return torch.zeros((), dtype=x.dtype, device=x.device)
     n = x.shape[-1]
     x2, y2 = rows_view("input", x, n), rows_view("target", y, n)
-    config = spec.select_config(n)
+    config = _jsd.select_config(x2.get_device(), n)
     grid = spec.grid(x2.shape[0], n, config)
     partial = torch.empty(grid[0] * grid[1], dtype=torch.float32, device=x.device)
     divisor = _launch(x2, y2, labels, beta, ignore_index, loss_partial=partial)

@@ -48,7 +48,7 @@ def kl_div_forward(x, target, reduction, log_target, eps):
         x2, t2 = rows_view("input", x, n), rows_view("target", target, n)
         out2 = out.view(-1, n)
         rows = x2.shape[0]
-        config = spec.select_config(n)
+        config = _fwd.select_config(x2.get_device(), n)
         _fwd.launch(spec.grid(rows, n, config), out2, x2, t2, rows, n, row_stride(out2),
                     row_stride(x2), row_stride(t2), float(eps), int(log_target), 1,
                     dtype=x.dtype, config=config)
@@ -58,7 +58,7 @@ def kl_div_forward(x, target, reduction, log_target, eps):
     else:
         x2, t2 = rows_view("input", x, n), rows_view("target", target, n)
         rows = x2.shape[0]
-        config = spec.select_config(n)
+        config = _fwd.select_config(x2.get_device(), n)
         grid = spec.grid(rows, n, config)
         partial = torch.empty(grid[0] * grid[1], dtype=torch.float32, device=x.device)
         _fwd.launch(grid, partial, x2, t2, rows, n, n, row_stride(x2), row_stride(t2),
@@ -88,7 +88,7 @@ def kl_div_backward(grad_output, target, reduction, log_target):
         go_stride, per_element = row_stride(go2), 1
     else:
         go2, go_stride, per_element = go.reshape(()), n, 0
-    config = spec.select_config(n)
+    config = _bwd.select_config(t2.get_device(), n)
     _bwd.launch(spec.grid(rows, n, config), dx2, t2, go2, rows, n, row_stride(dx2),
                 row_stride(t2), go_stride, _scale(shape, reduction), int(log_target),
                 per_element, dtype=target.dtype, config=config)

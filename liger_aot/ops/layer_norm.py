@@ -26,7 +26,7 @@ def layer_norm_forward(x, weight, bias, eps):
     mean = torch.empty(rows, dtype=torch.float32, device=x.device)
     rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
     if rows and n:
-        config = spec.select_config(n)
+        config = _fwd.select_config(x2.get_device(), n)
         block_m = config.constexprs["BLOCK_M"]
         _fwd.launch(((rows + block_m - 1) // block_m,), y, x2, weight,
                     weight if bias is None else bias, mean, rstd, rows, n,
@@ -42,13 +42,14 @@ def layer_norm_backward(dy, x2, weight, mean, rstd, need_dw=True, need_db=True):
     if dy2.dtype != x2.dtype:
         dy2 = dy2.to(x2.dtype)
     dx = torch.empty((rows, n), dtype=x2.dtype, device=x2.device)
-    programs, rows_per_program = persistent_grid(rows, x2.get_device())
+    device = x2.get_device()
+    programs, rows_per_program = persistent_grid(rows, device)
     dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x2.device)
     db_partial = torch.empty((programs, n), dtype=torch.float32, device=x2.device)
     if rows and n:
         _bwd.launch((programs,), dx, dw_partial, db_partial, dy2, x2, weight, mean, rstd,
                     rows, n, row_stride(dx), row_stride(dy2), row_stride(x2), rows_per_program,
-                    dtype=x2.dtype, config=spec.select_bwd_config(n))
+                    dtype=x2.dtype, config=_bwd.select_config(device, n))
     dw = dw_partial.sum(0).to(weight.dtype) if need_dw else None
     db = db_partial.sum(0).to(weight.dtype) if need_db else None
     return dx, dw, db

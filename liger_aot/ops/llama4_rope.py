@@ -32,7 +32,7 @@ def _launch(qo, ko, q, k, freqs, backward):
     n_k = k.shape[2]
     if batch * seq == 0 or dim == 0 or n_q + n_k == 0:
         return
-    config = spec.select_config(dim // 2)
+    config = _kernel.select_config(q.get_device(), dim // 2)
     stride_fb = 0 if freqs.shape[0] == 1 else freqs.stride(0)
     _kernel.launch((batch * seq,), qo, ko, q, k, freqs, seq, n_q, n_k, dim,
                    *_bhs_strides(qo), *_bhs_strides(q), *_bhs_strides(ko), *_bhs_strides(k),

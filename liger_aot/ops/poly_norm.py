@@ -24,7 +24,7 @@ def poly_norm_forward(x, weight, bias, eps):
     y = torch.empty((rows, n), dtype=x.dtype, device=x.device)
     rstd = torch.empty((rows, 3), dtype=torch.float32, device=x.device)
     if rows and n:
-        config = spec.select_config(n)
+        config = _fwd.select_config(x2.get_device(), n)
         block_m = config.constexprs["BLOCK_M"]
         _fwd.launch(((rows + block_m - 1) // block_m,), y, x2, weight, bias, rstd, rows, n,
                     row_stride(y), row_stride(x2), float(eps), dtype=x.dtype, config=config)
@@ -42,12 +42,13 @@ def poly_norm_backward(dy, x2, weight, rstd, in_place=False):
         dx = dy2
     else:
         dx = torch.empty((rows, n), dtype=x2.dtype, device=x2.device)
-    programs, rows_per_program = persistent_grid(rows, x2.get_device())
+    device = x2.get_device()
+    programs, rows_per_program = persistent_grid(rows, device)
     partial = torch.empty((programs, 4), dtype=torch.float32, device=x2.device)
     if rows and n:
         _bwd.launch((programs,), dx, partial, dy2, x2, weight, rstd, rows, n,
                     row_stride(dx), row_stride(dy2), row_stride(x2), rows_per_program,
-                    dtype=x2.dtype, config=spec.select_config(n))
+                    dtype=x2.dtype, config=_bwd.select_config(device, n))
     elif programs:
         partial.zero_()  # rows without columns: every sum is empty
     return dx, partial[:, :3].sum(0), partial[:, 3].sum()  # separate tensors: no aliasing

@@ -48,7 +48,7 @@ def _forward(x, weight, eps, offset, casting, residual=None):
         s = torch.empty((rows, n), dtype=x.dtype, device=x.device)
         has_residual = 1
     if rows and n:
-        config = spec.select_config(n, residual is not None)
+        config = _fwd.select_config(x2.get_device(), n, residual is not None)
         block_m = config.constexprs["BLOCK_M"]
         _fwd.launch(((rows + block_m - 1) // block_m,), y, x2, weight, rstd, rows, n,
                     row_stride(y), row_stride(x2), float(eps), float(offset),
@@ -79,13 +79,14 @@ def _backward(dy, s2, weight, rstd, offset, casting, dres=None, in_place=False,
         dx = dy2
     else:
         dx = torch.empty((rows, n), dtype=s2.dtype, device=s2.device)
-    programs, rows_per_program = persistent_grid(rows, s2.get_device())
+    device = s2.get_device()
+    programs, rows_per_program = persistent_grid(rows, device)
     dw_partial = torch.empty((programs, n), dtype=torch.float32, device=s2.device)
     if rows and n:
         _bwd.launch((programs,), dx, dw_partial, dy2, s2, weight, rstd, rows, n,
                     row_stride(dx), row_stride(dy2), row_stride(s2), float(offset),
                     rows_per_program, dres2, row_stride(dres2), int(has_dres),
-                    dtype=s2.dtype, config=spec.select_bwd_config(n, has_dres),
+                    dtype=s2.dtype, config=_bwd.select_config(device, n, has_dres),
                     options=(("CASTING", casting),))
     elif has_dres:
         dx.copy_(dres2)

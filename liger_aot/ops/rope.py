@@ -59,7 +59,7 @@ def _launch(qo, ko, q, k, cos, sin, unsqueeze_dim, sections, backward):
     sec0, sec1 = sections if sections is not None else (half, half)
     cb, cs, cp = _cos_strides(cos)
     sb, ss, sp = _cos_strides(sin)
-    config = spec.select_config(half)
+    config = _rope.select_config(q.get_device(), half)
     _rope.launch((batch * seq,), qo, ko, q, k, cos, sin, seq, n_q, n_k, half,
                  *_bhs_strides(qo, unsqueeze_dim), *_bhs_strides(q, unsqueeze_dim),
                  *_bhs_strides(ko, unsqueeze_dim), *_bhs_strides(k, unsqueeze_dim),

@@ -19,16 +19,10 @@ _fwd = Kernel(spec.FWD)
 _bwd = Kernel(spec.BWD)
 
 
-def _plan(rows, n, device: int):
+def _plan(kernel, rows, n, device: int):
     """(config, grid, chunk_cols, n_chunks, phases) for rows x n."""
-    config = spec.select_config(n)
-    if not config.constexprs["LOOP"]:
-        block_m = config.constexprs["BLOCK_M"]
-        return config, ((rows + block_m - 1) // block_m,), 0, 1, (spec.PHASE_FUSED,)
-    target = 4 * multiprocessor_count(device)
-    chunk_cols, n_chunks = spec.split(rows, n, target)
-    phases = (spec.PHASE_FUSED,) if n_chunks == 1 else (spec.PHASE_STATS, spec.PHASE_APPLY)
-    return config, (rows, n_chunks), chunk_cols, n_chunks, phases
+    config = kernel.select_config(device, n)
+    return (config, *spec.plan(config, rows, n, 4 * multiprocessor_count(device)))
 
 
 def softmax_forward(x2):
@@ -37,7 +31,7 @@ def softmax_forward(x2):
     y = torch.empty((rows, n), dtype=x2.dtype, device=x2.device)
     if rows == 0 or n == 0:
         return y
-    config, grid, chunk_cols, n_chunks, phases = _plan(rows, n, x2.get_device())
+    config, grid, chunk_cols, n_chunks, phases = _plan(_fwd, rows, n, x2.get_device())
     stats = y  # placeholder pointer: only read or written by the split phases
     if len(phases) > 1:
         stats = torch.empty((rows, n_chunks, 2), dtype=torch.float32, device=x2.device)
@@ -54,7 +48,7 @@ def softmax_backward(dy, y2):
     if rows == 0 or n == 0:
         return dx
     dy2 = rows_view("grad_output", dy.to(y2.dtype), n)
-    config, grid, chunk_cols, n_chunks, phases = _plan(rows, n, y2.get_device())
+    config, grid, chunk_cols, n_chunks, phases = _plan(_bwd, rows, n, y2.get_device())
     stats = dx
     if len(phases) > 1:
         stats = torch.empty((rows, n_chunks), dtype=torch.float32, device=y2.device)

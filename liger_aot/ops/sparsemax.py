@@ -23,7 +23,7 @@ def sparsemax_forward(x2):
     rows, n = x2.shape
     y = torch.empty((rows, n), dtype=x2.dtype, device=x2.device)
     if rows and n:
-        config = spec.select_config(n)
+        config = _fwd.select_config(x2.get_device(), n)
         _fwd.launch(spec.grid(rows, config), y, x2, rows, n, row_stride(y), row_stride(x2),
                     spec.BISECT[config.constexprs["LOOP"]], dtype=x2.dtype, config=config)
     return y
@@ -34,7 +34,7 @@ def sparsemax_backward(dy, y2):
     dx = torch.empty((rows, n), dtype=y2.dtype, device=y2.device)
     if rows and n:
         dy2 = rows_view("grad_output", dy.to(y2.dtype), n)
-        config = spec.select_config(n)
+        config = _bwd.select_config(y2.get_device(), n)
         _bwd.launch(spec.grid(rows, config), dx, dy2, y2, rows, n, row_stride(dx),
                     row_stride(dy2), row_stride(y2), dtype=y2.dtype, config=config)
     return dx

@@ -40,7 +40,7 @@ def glu_forward(a, b, act=ACT_SILU):
         return c, a, b
     a2, stride_a = _rows("a", a, n)
     b2, stride_b = _rows("b", b, n)
-    config = spec.select_config(n)
+    config = _fwd.select_config(a2.get_device(), n)
     _fwd.launch(spec.grid(rows, n, config), c, a2, b2, rows, n, n, stride_a, stride_b, act,
                 dtype=a.dtype, config=config)
     return c, a2, b2
@@ -59,7 +59,7 @@ def glu_backward(dc, a2, b2, shape, act=ACT_SILU):
         dc2 = dc2.to(a2.dtype)  # keeps the layout, so stride_dc holds
     stride_a = n if a2.is_contiguous() else row_stride(a2)
     stride_b = n if b2.is_contiguous() else row_stride(b2)
-    config = spec.select_config(n)
+    config = _bwd.select_config(a2.get_device(), n)
     _bwd.launch(spec.grid(rows, n, config), da, db, dc2, a2, b2, rows, n,
                 n, n, stride_dc, stride_a, stride_b, act, dtype=a2.dtype, config=config)
     return da, db

@@ -36,7 +36,7 @@ def tvd_forward(p, q, labels, reduction, ignore_index):
         if out.numel():
             p2, q2 = rows_view("p", p, n), rows_view("q", q, n)
             lab, _, has_label, _ = label_args(labels, ignore_index, p.device)
-            config = spec.select_config(n)
+            config = _fwd.select_config(p2.get_device(), n)
             _fwd.launch(spec.grid(n_rows, n, config), out, p2, q2, lab, n_rows, n,
                         row_stride(out), row_stride(p2), row_stride(q2), int(ignore_index),
                         has_label, 1, dtype=p.dtype, config=config)
@@ -44,7 +44,7 @@ def tvd_forward(p, q, labels, reduction, ignore_index):
     if p.numel():
         p2, q2 = rows_view("p", p, n), rows_view("q", q, n)
         lab, _, has_label, _ = label_args(labels, ignore_index, p.device)
-        config = spec.select_config(n)
+        config = _fwd.select_config(p2.get_device(), n)
         grid = spec.grid(n_rows, n, config)
         partial = torch.empty(grid[0] * grid[1], dtype=torch.float32, device=p.device)
         _fwd.launch(grid, partial, p2, q2, lab, n_rows, n, n, row_stride(p2), row_stride(q2),
@@ -77,7 +77,7 @@ def tvd_backward(grad_output, p, q, labels, reduction, ignore_index):
         go2, go_stride, per_element = go.reshape(()), n, 0
     scale = 1.0 / n if reduction == "mean" else 1.0
     divide = int(reduction in ("mean", "batchmean"))
-    config = spec.select_config(n)
+    config = _bwd.select_config(p2.get_device(), n)
     _bwd.launch(spec.grid(n_rows, n, config), dp, p2, q2, lab, n_valid, go2, n_rows, n,
                 row_stride(dp), row_stride(p2), row_stride(q2), go_stride, int(ignore_index),
                 scale, has_label, per_element, divide, dtype=p.dtype, config=config)

@@ -7,6 +7,8 @@ Paths, in order of preference for a CUDA/HIP tensor:
 CPU tensors run through Triton's interpreter.
 
 The hot path is a dict lookup keyed by (device index, dtype, alignment, options, config).
+Ops pick the config with Kernel.select_config: the device arch's tuned table, else the spec's
+rule (see kernel_src/tuning.py), also one dict lookup once seen.
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ import warnings
 
 import torch
 
-from liger_aot.kernel_src.spec import KernelSpec
+from liger_aot.kernel_src import tuning
+from liger_aot.kernel_src.spec import Config, KernelSpec
 
 from liger_aot.artifact_format import TARGETS
 
@@ -23,6 +26,7 @@ from . import _env
 from .errors import LaunchError, MissingVariantError
 
 TORCH_TO_TRITON = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+_MAX_REMEMBERED = 1024  # configs remembered per kernel and device
 
 
 class Kernel:
@@ -32,11 +36,12 @@ class Kernel:
     The call path is generated per spec (see _fast_path_source) so it runs no per-parameter
     loop: fetch data pointers, test alignment with one OR, one dict lookup, launch."""
 
-    __slots__ = ("spec", "_launchers", "_lock", "launch")
+    __slots__ = ("spec", "_launchers", "_configs", "_lock", "launch")
 
     def __init__(self, spec: KernelSpec):
         self.spec = spec
         self._launchers = {}
+        self._configs = {}  # device index -> {rule args: Config}
         self._lock = threading.Lock()
         namespace = {"launchers": self._launchers, "resolve": self._resolve,
                      "interpret": self._interpret}
@@ -45,6 +50,32 @@ class Kernel:
 
     def __call__(self, grid, *args, dtype, config, options=()):
         return self.launch(grid, *args, dtype=dtype, config=config, options=options)
+
+    def select_config(self, device: int, *args) -> Config:
+        """The config for the spec's rule arguments `args` (e.g. n_cols) on `device` (a
+        tensor's get_device(), -1 for CPU): the tuned table of the device's arch, else the
+        spec's rule. Resolved once per (device, args), then one dict lookup."""
+        configs = self._configs.get(device)
+        if configs is not None:
+            config = configs.get(args)
+            if config is not None:
+                return config
+        return self._select_config(device, args)
+
+    def _select_config(self, device, args):
+        arch = None
+        if device >= 0:
+            from .device import device_arch
+            from .registry import tuned_table_usable
+
+            arch = device_arch(device)[0]
+            if arch is not None and not tuned_table_usable(arch):
+                arch = None
+        config = tuning.select(self.spec, arch, args)
+        configs = self._configs.setdefault(device, {})
+        if len(configs) < _MAX_REMEMBERED:  # bounded: row lengths could be unbounded
+            configs[args] = config
+        return config
 
     # -- slow path ------------------------------------------------------------------------
     def _resolve(self, key):

@@ -19,6 +19,7 @@ import warnings
 from dataclasses import dataclass, field
 
 from liger_aot.artifact_format import TARGETS, WHEEL_PACKAGE, validate_manifest
+from liger_aot.kernel_src import tuning
 from liger_aot.kernel_src.spec import family_source_sha256
 
 from . import _env
@@ -106,6 +107,29 @@ def reset():
     with _sets_lock:
         _sets.clear()
         _warned.clear()
+
+
+def tuned_table_usable(arch: str) -> bool:
+    """Whether the runtime may pick configs from the arch's tuned table: it has one, and the
+    first usable artifact set was built with it (the manifest's tuned_sha256), or there is no
+    set (the JIT compiles any config). A set built with another table or none lacks the
+    tuned variants: warn once and keep the heuristic configs."""
+    digest = tuning.table_sha256(arch)
+    if digest is None:
+        return False
+    for s in artifact_sets(arch):
+        if s.manifest is None:
+            continue
+        if s.manifest.get("tuned_sha256") == digest:
+            return True
+        message = (f"liger_aot: {s.manifest_path} was built with another tuned table than "
+                   f"{tuning.table_path(arch)}; using the heuristic configs. Rebuild with "
+                   f"`liger-aot build --arch {arch}`.")
+        if message not in _warned:
+            _warned.add(message)
+            warnings.warn(message, RuntimeWarning, stacklevel=4)
+        return False
+    return True
 
 
 def _refuse(message: str):

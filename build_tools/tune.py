@@ -1,0 +1,495 @@
+"""`liger-aot tune --arch ARCH`: measure candidate configs of the size-dependent kernels on a
+GPU of that arch and write the tuned table kernel_src/tuned/<arch>.json, which the build of
+that arch compiles and the runtime picks from (kernel_src/tuning.py).
+
+For each spec in CASES and each of its representative shapes (one per size bucket): the
+heuristic rule's config and the case's candidates (configs valid for every row length of the
+bucket) run once through Triton JIT of the kernel source and are checked against a torch
+reference (a failing or wrong candidate is dropped), then timed (triton.testing.do_bench,
+median). The heuristic config stays unless the best is more than KEEP_WITHIN faster.
+Measured in bf16; the choice serves every dtype.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from liger_aot.kernel_src import tuning
+from liger_aot.kernel_src.layer_norm import spec as layer_norm
+from liger_aot.kernel_src.rms_norm import spec as rms_norm
+from liger_aot.kernel_src.softmax import spec as softmax
+from liger_aot.kernel_src.spec import Config, KernelSpec, next_power_of_2
+from liger_aot.kernel_src.swiglu import spec as swiglu
+from liger_aot.ops._common import multiprocessor_count, persistent_grid
+
+KEEP_WITHIN = 0.02  # keep the heuristic config unless the best is more than 2% faster
+TOLERANCE = 2e-2  # relative error (norm) against the fp32 torch reference
+EPS = 1e-6
+DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+# -- candidates: configs a kernel supports for every row of at most `bucket` columns -------
+
+def row_configs(bucket: int, flag: bool = False, *, max_tile: int, whole_row_max: int,
+                flag_whole_row_max: int | None = None, loop_from: int):
+    """Configs of a row kernel with BLOCK_M, BLOCK_N and LOOP constexprs: whole-row tiles
+    (BLOCK_N == bucket, BLOCK_M rows, at most max_tile elements) for buckets up to
+    whole_row_max (flag_whole_row_max when the rule's flag is set: kernels that compile the
+    flag's path out of wider tiles), looped rows of 4096-16384 columns for buckets from
+    loop_from; 8-32 elements per thread."""
+    if bucket <= (flag_whole_row_max if flag and flag_whole_row_max else whole_row_max):
+        for block_m in (1, 2, 4, 8, 16):
+            tile = block_m * bucket
+            if tile > max_tile:
+                break
+            for warps in (4, 8, 16):
+                if 8 <= tile // (32 * warps) <= 32:
+                    yield Config({"BLOCK_M": block_m, "BLOCK_N": bucket, "LOOP": False},
+                                 num_warps=warps)
+    if bucket >= loop_from:
+        for block_n in (4096, 8192, 16384):
+            for warps in (8, 16):
+                if block_n < bucket and 8 <= block_n // (32 * warps) <= 32:
+                    yield Config({"BLOCK_M": 1, "BLOCK_N": block_n, "LOOP": True},
+                                 num_warps=warps)
+
+
+def tile_configs(bucket: int, flag: bool = False):
+    """BLOCK_M x BLOCK_N tiles of 2048 or 4096 elements for the 2-D grid of the gated
+    activations (the grid covers any row length); 1024-4096 columns, up to the bucket."""
+    for block_n in (1024, 2048, 4096):
+        if block_n > max(bucket, 1024):
+            break
+        for tile, warps in ((2048, 4), (4096, 4), (4096, 8)):
+            if tile >= block_n:
+                yield Config({"BLOCK_M": tile // block_n, "BLOCK_N": block_n}, num_warps=warps)
+
+
+def _rows(n: int) -> int:
+    """Rows of a representative shape: 16384 (tokens of a training step), at most 64M
+    elements."""
+    return min(16384, 2**26 // n)
+
+
+def _shapes(ns, flag_ns=None):
+    """(rows, n) per n; with flag_ns (a rule with a flag), (rows, n, False) per n and
+    (rows, n, True) per n of flag_ns."""
+    if flag_ns is None:
+        return tuple((_rows(n), n) for n in ns)
+    return tuple((_rows(n), n, False) for n in ns) + tuple((_rows(n), n, True) for n in flag_ns)
+
+
+# -- inputs and fp32 references (one factory per family serves its forward and backward) ---
+
+def _randn(*shape, dtype, device, scale=1.0, shift=0.0):
+    return (torch.randn(*shape, dtype=torch.float32, device=device) * scale + shift).to(dtype)
+
+
+def rms_norm_inputs(rows, n, flag, dtype, device):
+    """flag: the fused residual add (forward) / the residual gradient (backward)."""
+    x = _randn(rows, n, dtype=dtype, device=device)
+    w = _randn(n, dtype=dtype, device=device, scale=0.1, shift=1.0)
+    t = {"x": x, "w": w, "y": torch.empty_like(x),
+         "rstd": torch.empty(rows, dtype=torch.float32, device=device)}
+    s = x
+    if flag:
+        t["r"] = _randn(rows, n, dtype=dtype, device=device)
+        s = (x.float() + t["r"].float()).to(dtype)
+        t["s"], t["s_ref"] = torch.empty_like(x), s
+        t["dres"] = _randn(rows, n, dtype=dtype, device=device)
+    sf, wf = s.float().requires_grad_(), w.float().requires_grad_()
+    rstd = torch.rsqrt(sf.pow(2).mean(-1) + EPS)
+    y = sf * rstd[:, None] * wf
+    dy = _randn(rows, n, dtype=dtype, device=device)
+    y.backward(dy.float())
+    programs, rows_per_program = persistent_grid(rows, x.get_device())
+    t.update(y_ref=y.detach(), rstd_ref=rstd.detach(), s_in=s, dy=dy,
+             dx=torch.empty_like(x), dx_ref=sf.grad + (t["dres"].float() if flag else 0),
+             dw_partial=torch.empty(programs, n, dtype=torch.float32, device=device),
+             dw_partial_ref=wf.grad, programs=programs, rows_per_program=rows_per_program)
+    return t
+
+
+def layer_norm_inputs(rows, n, flag, dtype, device):
+    x = _randn(rows, n, dtype=dtype, device=device)
+    w = _randn(n, dtype=dtype, device=device, scale=0.1, shift=1.0)
+    b = _randn(n, dtype=dtype, device=device, scale=0.1)
+    xf, wf, bf = (v.float().requires_grad_() for v in (x, w, b))
+    mean = xf.mean(-1)
+    rstd = torch.rsqrt(xf.var(-1, unbiased=False) + EPS)
+    y = (xf - mean[:, None]) * rstd[:, None] * wf + bf
+    dy = _randn(rows, n, dtype=dtype, device=device)
+    y.backward(dy.float())
+    programs, rows_per_program = persistent_grid(rows, x.get_device())
+    stats = lambda: torch.empty(rows, dtype=torch.float32, device=device)  # noqa: E731
+    partial = lambda: torch.empty(programs, n, dtype=torch.float32, device=device)  # noqa: E731
+    return {"x": x, "w": w, "b": b, "y": torch.empty_like(x), "mean": stats(),
+            "rstd": stats(), "y_ref": y.detach(), "mean_ref": mean.detach(),
+            "rstd_ref": rstd.detach(), "dy": dy, "dx": torch.empty_like(x),
+            "dx_ref": xf.grad, "dw_partial": partial(), "dw_partial_ref": wf.grad,
+            "db_partial": partial(), "db_partial_ref": bf.grad, "programs": programs,
+            "rows_per_program": rows_per_program}
+
+
+def glu_inputs(rows, n, flag, dtype, device):
+    a = _randn(rows, n, dtype=dtype, device=device)
+    b = _randn(rows, n, dtype=dtype, device=device)
+    af, bf = a.float().requires_grad_(), b.float().requires_grad_()
+    c = torch.nn.functional.silu(af) * bf
+    dc = _randn(rows, n, dtype=dtype, device=device)
+    c.backward(dc.float())
+    return {"a": a, "b": b, "c": torch.empty_like(a), "c_ref": c.detach(), "dc": dc,
+            "da": torch.empty_like(a), "da_ref": af.grad, "db": torch.empty_like(a),
+            "db_ref": bf.grad}
+
+
+def softmax_inputs(rows, n, flag, dtype, device):
+    x = _randn(rows, n, dtype=dtype, device=device, scale=2.0)
+    y = torch.softmax(x.float(), -1)
+    dy = _randn(rows, n, dtype=dtype, device=device)
+    y_in = y.to(dtype)
+    dot = (dy.float() * y_in.float()).sum(-1, keepdim=True)
+    return {"x": x, "y": torch.empty_like(x), "y_ref": y, "y_in": y_in, "dy": dy,
+            "dx": torch.empty_like(x), "dx_ref": y_in.float() * (dy.float() - dot),
+            # the split phases' statistics: at most MAX_CHUNKS per row
+            "stats": torch.empty(rows * softmax.MAX_CHUNKS * 2, dtype=torch.float32,
+                                 device=device),
+            "target": 4 * multiprocessor_count(x.get_device())}
+
+
+# -- launches: the op's arguments for one config, through Triton JIT ------------------------
+
+def _run(fn, grid, args, config, **constexprs):
+    fn[grid](*args, **constexprs, **config.constexprs, num_warps=config.num_warps,
+             num_stages=config.num_stages)
+
+
+def rms_norm_fwd(fn, t, config):
+    x, rows, n = t["x"], *t["x"].shape
+    s, r = (t["s"], t["r"]) if "r" in t else (t["y"], x)
+    _run(fn, (math.ceil(rows / config.constexprs["BLOCK_M"]),),
+         (t["y"], x, t["w"], t["rstd"], rows, n, n, n, EPS, 0.0, s, r, n, n, int("r" in t)),
+         config, CASTING=0)
+
+
+def rms_norm_bwd(fn, t, config):
+    s, rows, n = t["s_in"], *t["s_in"].shape
+    dres = t.get("dres", t["dy"])
+    _run(fn, (t["programs"],),
+         (t["dx"], t["dw_partial"], t["dy"], s, t["w"], t["rstd_ref"], rows, n, n, n, n, 0.0,
+          t["rows_per_program"], dres, n, int("dres" in t)), config, CASTING=0)
+
+
+def layer_norm_fwd(fn, t, config):
+    x, rows, n = t["x"], *t["x"].shape
+    _run(fn, (math.ceil(rows / config.constexprs["BLOCK_M"]),),
+         (t["y"], x, t["w"], t["b"], t["mean"], t["rstd"], rows, n, n, n, EPS, 1), config)
+
+
+def layer_norm_bwd(fn, t, config):
+    x, rows, n = t["x"], *t["x"].shape
+    _run(fn, (t["programs"],),
+         (t["dx"], t["dw_partial"], t["db_partial"], t["dy"], x, t["w"], t["mean_ref"],
+          t["rstd_ref"], rows, n, n, n, n, t["rows_per_program"]), config)
+
+
+def glu_fwd(fn, t, config):
+    rows, n = t["a"].shape
+    _run(fn, swiglu.grid(rows, n, config),
+         (t["c"], t["a"], t["b"], rows, n, n, n, n, swiglu.ACT_SILU), config)
+
+
+def glu_bwd(fn, t, config):
+    rows, n = t["a"].shape
+    _run(fn, swiglu.grid(rows, n, config),
+         (t["da"], t["db"], t["dc"], t["a"], t["b"], rows, n, n, n, n, n, n, swiglu.ACT_SILU),
+         config)
+
+
+def _softmax(fn, config, out, ins, rows, n, t):
+    grid, chunk_cols, n_chunks, phases = softmax.plan(config, rows, n, t["target"])
+    for phase in phases:
+        _run(fn, grid, (out, *ins, t["stats"], rows, n, *(n,) * (len(ins) + 1), chunk_cols,
+                        n_chunks, phase), config)
+
+
+def softmax_fwd(fn, t, config):
+    _softmax(fn, config, t["y"], (t["x"],), *t["x"].shape, t)
+
+
+def softmax_bwd(fn, t, config):
+    _softmax(fn, config, t["dx"], (t["dy"], t["y_in"]), *t["x"].shape, t)
+
+
+@dataclass(frozen=True)
+class Case:
+    """How to tune one spec: representative shapes (rows, n_cols[, the rule's flag]), one per
+    bucket; the family's input factory; the launch of one config; the outputs checked against
+    their `<name>_ref` (a per-program partial, one dim more, is summed first); the passes
+    over rows x n_cols elements that a launch reads or writes (without, with the flag), for
+    the bandwidth; the candidate generator (bucket, flag)."""
+    spec: KernelSpec
+    shapes: tuple
+    make: Callable
+    launch: Callable
+    outputs: tuple
+    passes: tuple
+    candidates: Callable
+
+
+def _rows_case(spec, shapes, make, launch, outputs, passes, **limits):
+    return Case(spec, shapes, make, launch, outputs, passes,
+                lambda bucket, flag=False: row_configs(bucket, flag, **limits))
+
+
+_NORM_NS = (1024, 2048, 4096, 8192, 16384, 65536)
+_FWD_LIMITS = {"max_tile": 16384, "whole_row_max": 16384, "loop_from": 8192}
+_BWD_LIMITS = {"max_tile": 8192, "whole_row_max": 8192, "loop_from": 8192}
+
+CASES = {case.spec.name: case for case in (
+    _rows_case(rms_norm.FWD, _shapes(_NORM_NS, flag_ns=(4096, 8192)), rms_norm_inputs,
+               rms_norm_fwd, ("y", "rstd", "s"), (2, 4), **_FWD_LIMITS,
+               flag_whole_row_max=rms_norm.RESIDUAL_MAX_WHOLE_ROW),
+    _rows_case(rms_norm.BWD, _shapes(_NORM_NS, flag_ns=(4096, 8192)), rms_norm_inputs,
+               rms_norm_bwd, ("dx", "dw_partial"), (3, 4), **_BWD_LIMITS,
+               flag_whole_row_max=rms_norm.DRES_MAX_WHOLE_ROW),
+    _rows_case(layer_norm.FWD, _shapes((1024, 4096, 8192, 16384, 65536)), layer_norm_inputs,
+               layer_norm_fwd, ("y", "mean", "rstd"), (2, 2), **_FWD_LIMITS),
+    _rows_case(layer_norm.BWD, _shapes((1024, 4096, 8192, 16384)), layer_norm_inputs,
+               layer_norm_bwd, ("dx", "dw_partial", "db_partial"), (3, 3), **_BWD_LIMITS),
+    Case(swiglu.FWD, ((8192, 4096), (8192, 14336), (8192, 28672)), glu_inputs, glu_fwd,
+         ("c",), (3, 3), tile_configs),
+    Case(swiglu.BWD, ((8192, 4096), (8192, 14336), (8192, 28672)), glu_inputs, glu_bwd,
+         ("da", "db"), (5, 5), tile_configs),
+    _rows_case(softmax.FWD, _shapes((1024, 4096, 16384, 32768, 131072)), softmax_inputs,
+               softmax_fwd, ("y",), (2, 2), max_tile=16384, whole_row_max=16384,
+               loop_from=16384),
+    _rows_case(softmax.BWD, _shapes((1024, 4096, 16384, 32768, 131072)), softmax_inputs,
+               softmax_bwd, ("dx",), (3, 3), max_tile=16384, whole_row_max=16384,
+               loop_from=16384),
+)}
+
+
+# -- measuring --------------------------------------------------------------------------
+
+def candidates_of(case: Case, shape: tuple) -> list:
+    """The heuristic rule's config first, then the case's candidates, distinct by tag."""
+    configs, tags = [], set()
+    for config in (case.spec.rule(*shape[1:]),
+                   *case.candidates(next_power_of_2(shape[1]), _flag(shape))):
+        if config.tag not in tags:
+            tags.add(config.tag)
+            configs.append(config)
+    return configs
+
+
+def _flag(shape: tuple) -> bool:
+    return len(shape) > 2 and bool(shape[2])
+
+
+def plan(cases: dict) -> list:
+    """(spec name, bucket key, shape, candidate configs) of every measurement, in order."""
+    return [(name, tuning.bucket_key(case.spec, shape[1:]), shape, candidates_of(case, shape))
+            for name, case in cases.items() for shape in case.shapes]
+
+
+def do_bench_median(run, config) -> float:
+    from triton.testing import do_bench
+
+    return do_bench(run, warmup=10, rep=40, return_mode="median")
+
+
+def _error(got: torch.Tensor, want: torch.Tensor) -> float:
+    got = got.float()
+    if got.dim() == want.dim() + 1:
+        got = got.sum(0)  # per-program partials
+    return ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
+
+
+def _sync(device):
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(case: Case, shape: tuple, configs: list, device, timer, dtype) -> list:
+    """[(config, ms or None, why rejected or None)] for each config at the shape."""
+    from liger_aot.kernel_src import triton_function
+
+    fn = triton_function(case.spec)
+    torch.manual_seed(0)
+    rows, n = shape[:2]
+    t = case.make(rows, n, _flag(shape), dtype, device)
+    checked = [(t[name], t[name + "_ref"]) for name in case.outputs if name in t]
+    results = []
+    for config in configs:
+        try:
+            for out, _ in checked:
+                out.fill_(float("nan"))
+            case.launch(fn, t, config)
+            _sync(device)
+            errors = [_error(out, ref) for out, ref in checked]
+            if not all(e < TOLERANCE for e in errors):  # nan fails too
+                raise AssertionError("relative error " + ", ".join(f"{e:.1e}" for e in errors))
+            results.append((config, timer(lambda: case.launch(fn, t, config), config), None))
+        except Exception as e:  # a candidate that does not compile, fails or is wrong
+            results.append((config, None, f"{type(e).__name__}: {str(e)[:120]}"))
+    return results
+
+
+def tune(arch: str, cases: dict, device="cuda", timer=do_bench_median, dtype=torch.bfloat16,
+         log=print) -> tuple:
+    """Measure every case. Returns ({spec name: {bucket key: record}}, problems): records in
+    the table's format (kernel_src/tuning.py), problems a list of lines (a heuristic config
+    that failed: its bucket gets no record)."""
+    measurements = plan(cases)
+    total = sum(len(configs) for *_, configs in measurements)
+    started, done = time.perf_counter(), 0
+    log(f"tuning {len(cases)} spec(s), {len(measurements)} bucket(s), {total} config runs "
+        f"on {device} ({DTYPE_NAMES[dtype]})")
+    specs, problems = {}, []
+    for i, (name, key, shape, configs) in enumerate(measurements, 1):
+        case = cases[name]
+        shape_text = "x".join(map(str, shape[:2]))
+        try:
+            results = measure(case, shape, configs, device, timer, dtype)
+        except Exception as e:  # e.g. out of memory making the inputs: skip the bucket
+            results = [(configs[0], None, f"{type(e).__name__}: {str(e)[:200]}")]
+        done += len(configs)
+        heuristic_ms = results[0][1]
+        timed = [(ms, config) for config, ms, _ in results if ms is not None]
+        if heuristic_ms is None:
+            problems.append(f"{name} {key} ({shape_text}): the heuristic config "
+                            f"{configs[0].tag} failed: {results[0][2]}")
+            log(f"[{i}/{len(measurements)}] {name} {key}: HEURISTIC FAILED {results[0][2]}")
+            continue
+        best_ms, best = min(timed, key=lambda item: item[0])
+        keep = heuristic_ms <= best_ms * (1 + KEEP_WITHIN)
+        chosen, ms = (configs[0], heuristic_ms) if keep else (best, best_ms)
+        moved = (case.passes[_flag(shape)] * shape[0] * shape[1]
+                 * torch.empty((), dtype=dtype).element_size())
+        specs.setdefault(name, {})[key] = {
+            "config": tuning.config_record(chosen), "ms": _round(ms),
+            "gbps": round(moved / (ms * 1e-3) / 1e9, 1), "shape": list(shape[:2]),
+            "dtype": DTYPE_NAMES[dtype], "candidates": len(timed),
+            "rejected": len(results) - len(timed),
+            "heuristic": {"tag": configs[0].tag, "ms": _round(heuristic_ms)},
+            "best": {"tag": best.tag, "ms": _round(best_ms)}}
+        log(f"[{i}/{len(measurements)} {time.perf_counter() - started:5.0f}s, {done}/{total} "
+            f"runs] {name} {key} {shape_text}: heuristic {heuristic_ms:.4f} ms, best "
+            f"{best_ms:.4f} ms ({heuristic_ms / best_ms:.2f}x) {best.tag}"
+            + ("" if not keep else "; keeping the heuristic")
+            + (f"; {len(results) - len(timed)} rejected" if len(timed) < len(results) else ""))
+    return specs, problems
+
+
+def _round(ms: float) -> float:
+    return float(f"{ms:.4g}")
+
+
+def _tag(record: dict) -> str:
+    return Config(record["constexprs"], record["num_warps"], record["num_stages"]).tag
+
+
+def format_results(specs: dict) -> str:
+    """One line per bucket: the heuristic's and the best config's times, and what was kept."""
+    rows = [("spec", "bucket", "shape", "heuristic ms", "best ms", "speedup", "chosen")]
+    for name, buckets in specs.items():
+        for key, r in buckets.items():
+            kept = _tag(r["config"]) == r["heuristic"]["tag"]
+            rows.append((name, key, "x".join(map(str, r["shape"])),
+                         f"{r['heuristic']['ms']:.4f}", f"{r['best']['ms']:.4f}",
+                         f"{r['heuristic']['ms'] / r['best']['ms']:.2f}x",
+                         "heuristic" if kept else r["best"]["tag"]))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip()
+                     for row in rows)
+
+
+def write_table(path: str, arch: str, specs: dict, about: dict):
+    """Write the table at `path` (atomically) with the tuned specs' entries replaced; other
+    specs' entries of an existing table for `arch` are kept."""
+    from liger_aot.build_tools.aot import atomic_write
+
+    table = {"format": tuning.TABLE_FORMAT, "arch": arch, "specs": {}}
+    try:
+        with open(path, "rb") as f:
+            old = json.loads(f.read())
+        if old.get("format") == tuning.TABLE_FORMAT and old.get("arch") == arch:
+            table["specs"].update(old.get("specs", {}))
+    except (OSError, ValueError, AttributeError):
+        pass
+    table["specs"].update(specs)
+    table.update(about)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    atomic_write(path, tuning.format_table(table))
+
+
+def select_cases(text: str | None) -> dict:
+    if not text:
+        return dict(CASES)
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    unknown = [n for n in names if n not in CASES]
+    if unknown or not names:
+        raise ValueError(f"unknown or no spec {', '.join(unknown)}: tunable specs are "
+                         f"{', '.join(CASES)}")
+    return {n: CASES[n] for n in dict.fromkeys(names)}
+
+
+def gpu_for(arch: str) -> tuple:
+    """(device index, description) of the current GPU, which must be of `arch`."""
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"liger-aot tune measures kernels on a GPU of the arch it tunes, and "
+                           f"torch sees no GPU here. Run it on an {arch} machine (a table "
+                           f"for another arch comes from a GPU of that arch).")
+    from liger_aot.runtime.device import device_arch
+
+    index = torch.cuda.current_device()
+    found, description = device_arch(index)
+    if found != arch:
+        raise RuntimeError(f"this GPU is {description}, artifact arch {found or 'none'}; "
+                           f"--arch {arch} must be tuned on an {arch} GPU")
+    return index, description
+
+
+def describe_plan(cases: dict) -> str:
+    lines = []
+    for name, key, shape, configs in plan(cases):
+        lines.append(f"{name:<16} {key:<28} {'x'.join(map(str, shape[:2])):>12}  "
+                     f"{len(configs):>2} configs (heuristic {configs[0].tag})")
+    total = sum(len(c) for *_, c in plan(cases))
+    lines.append(f"{len(lines)} buckets, {total} config runs")
+    return "\n".join(lines)
+
+
+def run(arch: str, specs: str | None = None, out: str | None = None, dry_run: bool = False,
+        log=print) -> int:
+    """The `liger-aot tune` command. Returns the exit status."""
+    cases = select_cases(specs)
+    out = out or tuning.table_path(arch)
+    if dry_run:
+        log(describe_plan(cases))
+        log(f"(dry run: nothing measured; a run writes {os.path.realpath(out)})")
+        return 0
+    index, description = gpu_for(arch)
+    if "triton" not in sys.modules:
+        os.environ.pop("TRITON_INTERPRET", None)  # measure compiled kernels, not the interpreter
+    import triton
+
+    started = time.perf_counter()
+    results, problems = tune(arch, cases, device=f"cuda:{index}", log=log)
+    write_table(out, arch, results, {"device": description, "triton_version": triton.__version__,
+                                     "torch_version": torch.__version__.split("+")[0]})
+    log(format_results(results))
+    log(f"wrote {os.path.realpath(out)} ({sum(map(len, results.values()))} buckets of "
+        f"{len(results)} spec(s)) in {time.perf_counter() - started:.0f}s; `liger-aot build "
+        f"--arch {arch}` compiles what it chose")
+    for line in problems:
+        log(f"PROBLEM {line}")
+    return 1 if problems else 0

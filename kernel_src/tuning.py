@@ -1,0 +1,178 @@
+"""Tuned config tables: ``kernel_src/tuned/<arch>.json``, written by ``liger-aot tune --arch
+<arch>`` on a GPU of that arch (build_tools/tune.py). Pure Python and pure data, like spec.py:
+the runtime reads it on the AOT path, the build compiles what it chose.
+
+A table maps spec name -> size bucket -> the chosen config, plus what was measured:
+
+    {"arch": "sm90", "format": 1, "device": ..., "triton_version": ..., "specs": {
+      "rms_norm_fwd": {"n_cols=4096,residual=False": {
+          "config": {"constexprs": {"BLOCK_M": 2, ...}, "num_stages": 1, "num_warps": 8},
+          "ms": 0.069, "gbps": 3890.1, "shape": [16384, 4096], "dtype": "bf16",
+          "heuristic": {"tag": ..., "ms": 0.071}, "best": {"tag": ..., "ms": 0.069},
+          "candidates": 6}}}}
+
+A bucket is the spec rule's arguments by name with the first (the row length) rounded up to
+a power of two (`bucket_key`). A spec, bucket or arch without an entry uses the spec's
+heuristic rule. Tuned configs equal to a heuristic config (same tag) are that config object;
+others are created once per process, so the runtime can key launchers by config identity.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import json
+import os
+import threading
+
+from .spec import Config, KernelSpec, next_power_of_2
+
+TABLE_FORMAT = 1
+TUNED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tuned")
+
+_lock = threading.Lock()
+_tables: dict = {}  # arch -> (sha256 or None, table dict or None)
+_configs: dict = {}  # (spec name, tag) -> Config: one object per tuned config and process
+_by_spec: dict = {}  # (spec name, arch) -> {bucket key: Config}
+
+
+def table_path(arch: str) -> str:
+    return os.path.join(TUNED_DIR, f"{arch}.json")
+
+
+def load_table(arch: str) -> tuple:
+    """(sha256 of the file, parsed table), or (None, None) when the arch has no table. Read
+    and checked once per process; a malformed table raises ValueError naming the file."""
+    with _lock:
+        found = _tables.get(arch)
+        if found is None:
+            path = table_path(arch)
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+            except FileNotFoundError:
+                found = (None, None)
+            else:
+                try:
+                    table = json.loads(data)
+                except ValueError as e:
+                    raise ValueError(f"{path}: not JSON ({e})") from None
+                found = (hashlib.sha256(data).hexdigest(), _checked(table, arch, path))
+            _tables[arch] = found
+        return found
+
+
+def table_sha256(arch: str) -> str | None:
+    return load_table(arch)[0]
+
+
+def _checked(table, arch: str, path: str) -> dict:
+    if not isinstance(table, dict) or table.get("format") != TABLE_FORMAT:
+        raise ValueError(f"{path}: not a tuned table of format {TABLE_FORMAT}")
+    if table.get("arch") != arch:
+        raise ValueError(f"{path}: table is for arch {table.get('arch')!r}, not {arch!r}")
+    if not isinstance(table.get("specs"), dict):
+        raise ValueError(f"{path}: no specs")
+    return table
+
+
+def config_record(config: Config) -> dict:
+    return {"constexprs": dict(config.constexprs), "num_warps": config.num_warps,
+            "num_stages": config.num_stages}
+
+
+def config_from_record(spec: KernelSpec, record: dict) -> Config:
+    """The process-wide Config for a table record: the spec's own config with that tag, else
+    one object per (spec, tag). Records with other constexpr names than the spec's raise."""
+    config = Config(dict(record["constexprs"]), num_warps=int(record["num_warps"]),
+                    num_stages=int(record["num_stages"]))
+    if set(config.constexprs) != set(spec.configs[0].constexprs):
+        raise ValueError(f"tuned config {config.tag} of {spec.name}: constexprs "
+                         f"{sorted(config.constexprs)}, the spec has "
+                         f"{sorted(spec.configs[0].constexprs)}")
+    for own in spec.configs:
+        if own.tag == config.tag:
+            return own
+    return _configs.setdefault((spec.name, config.tag), config)
+
+
+def tuned_configs(spec: KernelSpec, arch: str) -> dict:
+    """{bucket key: Config} of the spec in the arch's table ({} without one)."""
+    key = (spec.name, arch)
+    found = _by_spec.get(key)
+    if found is None:
+        _, table = load_table(arch)
+        entries = (table or {}).get("specs", {}).get(spec.name, {})
+        with _lock:
+            try:
+                found = {bucket: config_from_record(spec, entry["config"])
+                         for bucket, entry in sorted(entries.items())}
+            except (KeyError, TypeError, ValueError) as e:
+                raise ValueError(f"{table_path(arch)}: bad entry for {spec.name}: {e!r}") from None
+            _by_spec[key] = found
+    return found
+
+
+def arch_configs(spec: KernelSpec, arch: str) -> tuple:
+    """What the build compiles for the arch: the heuristic configs, then the tuned ones that
+    differ from them (by tag), in a stable order."""
+    configs = list(spec.configs)
+    tags = {c.tag for c in configs}
+    for config in tuned_configs(spec, arch).values():
+        if config.tag not in tags:
+            tags.add(config.tag)
+            configs.append(config)
+    return tuple(configs)
+
+
+@functools.lru_cache(maxsize=None)
+def _rule_params(rule) -> tuple:
+    """(names, defaults) of a rule's parameters; defaults[i] is None where there is none."""
+    params = list(inspect.signature(rule).parameters.values())
+    return (tuple(p.name for p in params),
+            tuple(None if p.default is inspect.Parameter.empty else p.default for p in params))
+
+
+def bucket_key(spec: KernelSpec, args: tuple) -> str:
+    """The table key of rule arguments, e.g. "n_cols=4096,residual=False" for
+    rms_norm_fwd's rule called as (3000, False) or (3000,)."""
+    names, defaults = _rule_params(spec.rule)
+    values = list(args) + list(defaults[len(args):])
+    values[0] = next_power_of_2(values[0])
+    return ",".join(f"{n}={v}" for n, v in zip(names, values))
+
+
+def select(spec: KernelSpec, arch: str | None, args: tuple) -> Config:
+    """The config for rule arguments `args` on `arch`: the tuned table's choice for their
+    bucket, else the spec's rule. The runtime calls it once per (device, args), see
+    Kernel.select_config."""
+    if arch is not None:
+        tuned = tuned_configs(spec, arch)
+        if tuned:
+            config = tuned.get(bucket_key(spec, args))
+            if config is not None:
+                return config
+    return spec.rule(*args)
+
+
+def format_table(table: dict) -> bytes:
+    """The one serialization of a table: sorted keys, one line per bucket (a re-tune's diff
+    shows what changed), final newline."""
+    return (_dump(table, 3) + "\n").encode()
+
+
+def _dump(value, depth: int, indent: str = "") -> str:
+    if depth == 0 or not isinstance(value, dict) or not value:
+        return json.dumps(value, sort_keys=True)
+    inner = indent + " "
+    items = [f"{inner}{json.dumps(k)}: {_dump(v, depth - 1, inner)}"
+             for k, v in sorted(value.items())]
+    return "{\n" + ",\n".join(items) + "\n" + indent + "}"
+
+
+def reset():
+    """Forget loaded tables and configs (tests)."""
+    with _lock:
+        _tables.clear()
+        _configs.clear()
+        _by_spec.clear()

@@ -1,0 +1,433 @@
+"""Build-time tuning: the tuned table (kernel_src/tuning.py), the runtime's choice from it, the
+build's variant set per arch, and `liger-aot tune` (build_tools/tune.py), measured here with
+a fake timer while Triton's interpreter computes the kernels on CPU tensors.
+
+Every test uses a table directory of its own; kernel_src/tuned is only read (by the check of
+committed tables)."""
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from liger_aot.build_tools import aot, tune
+from liger_aot.cli import main as cli_main
+from liger_aot.kernel_src import all_specs, tuning
+from liger_aot.kernel_src.relu_squared import spec as relu_squared
+from liger_aot.kernel_src.rms_norm import spec as rms
+from liger_aot.kernel_src.spec import ALIGN_CLASSES, DTYPES, Config
+from liger_aot.kernel_src.swiglu import spec as swiglu
+from liger_aot.runtime import Kernel, device, registry
+
+from _artifacts import environ, session_triton_cache
+
+REPO = Path(__file__).resolve().parents[1]
+TOOLCHAIN = {"triton_version": "3.6.0", "ptxas_version": "12.8.93"}
+NEW_RMS = Config({"BLOCK_M": 2, "BLOCK_N": 4096, "LOOP": False}, num_warps=16)
+
+
+def _entry(config: Config) -> dict:
+    return {"config": tuning.config_record(config), "ms": 1.0}
+
+
+@pytest.fixture
+def tables(tmp_path, monkeypatch):
+    """write(arch, {spec name: {bucket key: Config}}) into a table directory of the test's
+    own; returns the table's path."""
+    directory = tmp_path / "tuned"
+    directory.mkdir()
+    monkeypatch.setattr(tuning, "TUNED_DIR", str(directory))
+    tuning.reset()
+
+    def write(arch, specs):
+        table = {"format": tuning.TABLE_FORMAT, "arch": arch,
+                 "specs": {name: {key: _entry(c) for key, c in buckets.items()}
+                           for name, buckets in specs.items()}}
+        path = directory / f"{arch}.json"
+        path.write_bytes(tuning.format_table(table))
+        tuning.reset()
+        return path
+
+    yield write
+    tuning.reset()
+
+
+# -- table: lookup, fallback, singletons ---------------------------------------------------
+
+def test_bucket_keys():
+    assert tuning.bucket_key(rms.FWD, (3000, False)) == "n_cols=4096,residual=False"
+    assert tuning.bucket_key(rms.FWD, (3000,)) == "n_cols=4096,residual=False"  # default
+    assert tuning.bucket_key(rms.FWD, (4096, True)) == "n_cols=4096,residual=True"
+    assert tuning.bucket_key(rms.BWD, (4097, True)) == "n_cols=8192,dres=True"
+    assert tuning.bucket_key(swiglu.FWD, (14336,)) == "n_cols=16384"
+    assert tuning.bucket_key(swiglu.FWD, (1,)) == "n_cols=1"
+
+
+def test_without_a_table_everything_is_the_rule(tables):
+    for spec in all_specs():
+        assert [v.name for v in spec.variants("sm90")] == [v.name for v in spec.variants()]
+    for n in (1, 100, 3000, 4096, 5000, 65536, 300000):
+        for flag in (False, True):
+            assert tuning.select(rms.FWD, "sm90", (n, flag)) is rms.select_config(n, flag)
+            assert tuning.select(rms.BWD, "sm90", (n, flag)) is rms.select_bwd_config(n, flag)
+
+
+def test_table_lookup_and_fallback(tables):
+    heuristic_1024 = rms.select_config(1024, False)
+    tables("sm90", {"rms_norm_fwd": {
+        "n_cols=4096,residual=False": NEW_RMS,
+        "n_cols=1024,residual=False": Config(dict(heuristic_1024.constexprs),
+                                             heuristic_1024.num_warps)}})
+    got = tuning.select(rms.FWD, "sm90", (3000, False))
+    assert got.tag == NEW_RMS.tag
+    assert got is tuning.select(rms.FWD, "sm90", (4096, False))  # one object per process
+    assert got is tuning.select(rms.FWD, "sm90", (2049,))  # the rule's default filled in
+    assert tuning.select(rms.FWD, "sm90", (1000, False)) is heuristic_1024  # the spec's own
+    for args in ((3000, True), (8192, False), (100, False), (300000, False)):  # other buckets
+        assert tuning.select(rms.FWD, "sm90", args) is rms.select_config(*args)
+    assert tuning.select(rms.FWD, "sm80", (3000, False)) is rms.select_config(3000, False)
+    assert tuning.select(rms.FWD, None, (3000, False)) is rms.select_config(3000, False)
+    assert tuning.select(rms.BWD, "sm90", (3000, False)) is rms.select_bwd_config(3000, False)
+
+
+def test_kernel_select_config(tables, monkeypatch):
+    tables("sm90", {"rms_norm_fwd": {"n_cols=4096,residual=False": NEW_RMS}})
+    kernel = Kernel(rms.FWD)
+    # CPU tensors (device -1): always the rule, so the interpreter path is unchanged
+    assert kernel.select_config(-1, 3000, False) is rms.select_config(3000, False)
+    monkeypatch.setattr(device, "device_arch", lambda index: ("sm90", "fake H200"))
+    monkeypatch.setattr(registry, "tuned_table_usable", lambda arch: True)
+    got = kernel.select_config(0, 3000, False)
+    assert got.tag == NEW_RMS.tag and got is kernel.select_config(0, 3000, False)
+    assert kernel.select_config(0, 3000, True) is rms.select_config(3000, True)
+    # an artifact set built with another table: the rule
+    monkeypatch.setattr(registry, "tuned_table_usable", lambda arch: False)
+    assert Kernel(rms.FWD).select_config(0, 3000, False) is rms.select_config(3000, False)
+    # another arch: the rule
+    monkeypatch.setattr(registry, "tuned_table_usable", lambda arch: True)
+    monkeypatch.setattr(device, "device_arch", lambda index: ("sm80", "fake A100"))
+    assert Kernel(rms.FWD).select_config(0, 3000, False) is rms.select_config(3000, False)
+
+
+def test_tuned_table_usable_follows_the_manifest(tables, monkeypatch):
+    assert not registry.tuned_table_usable("sm90")  # no table
+    path = tables("sm90", {"rms_norm_fwd": {"n_cols=4096,residual=False": NEW_RMS}})
+    digest = tuning.table_sha256("sm90")
+    sets = []
+    monkeypatch.setattr(registry, "artifact_sets", lambda arch: sets)
+    assert registry.tuned_table_usable("sm90")  # no artifact set: the JIT compiles anything
+    sets[:] = [registry.ArtifactSet("sm90", "/x", "env", error="bad"),
+               registry.ArtifactSet("sm90", "/y", "env", manifest={"tuned_sha256": digest})]
+    assert registry.tuned_table_usable("sm90")
+    sets[1] = registry.ArtifactSet("sm90", "/z", "env", manifest={"tuned_sha256": None})
+    registry.reset()
+    with pytest.warns(RuntimeWarning, match="another tuned table"):
+        assert not registry.tuned_table_usable("sm90")
+    assert path.is_file()
+
+
+@pytest.mark.parametrize("text,match", [
+    (b"{", "not JSON"),
+    (b'{"format": 1, "arch": "sm80", "specs": {}}', "for arch 'sm80'"),
+    (b'{"format": 9, "arch": "sm90", "specs": {}}', "format"),
+    (b'{"format": 1, "arch": "sm90", "specs": {"rms_norm_fwd": {"n_cols=4096,residual=False":'
+     b' {"config": {"constexprs": {"BLOCK": 4}, "num_warps": 4, "num_stages": 1}}}}}',
+     "bad entry for rms_norm_fwd"),
+])
+def test_malformed_table_raises(tables, text, match):
+    path = tables("sm90", {})
+    path.write_bytes(text)
+    tuning.reset()
+    with pytest.raises(ValueError, match=match) as info:
+        tuning.select(rms.FWD, "sm90", (3000, False))
+    assert "sm90.json" in str(info.value)
+
+
+# -- build: the arch's variant set and content keys ----------------------------------------
+
+def _names(variants_of_config):
+    return {f"swiglu_fwd.{d}.{a}.{variants_of_config}" for d in DTYPES for a in ALIGN_CLASSES}
+
+
+def test_build_plan_holds_tuned_configs_for_that_arch_only(tables):
+    before = {arch: aot.plan_arch(arch, TOOLCHAIN) for arch in ("sm90", "sm80")}
+    tuned = Config({"BLOCK_M": 2, "BLOCK_N": 2048}, num_warps=8)
+    heuristic = swiglu.select_config(4096)
+    tables("sm90", {"swiglu_fwd": {"n_cols=16384": tuned,
+                                   "n_cols=4096": Config(dict(heuristic.constexprs), 4)}})
+    after = {arch: aot.plan_arch(arch, TOOLCHAIN) for arch in ("sm90", "sm80")}
+    assert set(after["sm90"]) - set(before["sm90"]) == _names(tuned.tag)  # deduplicated by tag
+    assert {n: k for n, (_, k) in before["sm90"].items()} == {
+        n: k for n, (_, k) in after["sm90"].items() if n in before["sm90"]}
+    assert {n: k for n, (_, k) in after["sm80"].items()} == {
+        n: k for n, (_, k) in before["sm80"].items()}
+    assert [v.name for v in swiglu.FWD.variants()] == [v.name for v in swiglu.FWD.variants("sm80")]
+
+
+def test_changing_the_table_changes_content_keys(tables):
+    keys = {}
+    for tag, config in (("a", Config({"BLOCK_M": 2, "BLOCK_N": 2048}, num_warps=8)),
+                        ("b", Config({"BLOCK_M": 4, "BLOCK_N": 1024}, num_warps=8))):
+        tables("sm90", {"swiglu_fwd": {"n_cols=16384": config}})
+        keys[tag] = ({k for _, k in aot.plan_arch("sm90", TOOLCHAIN).values()},
+                     tuning.table_sha256("sm90"))
+    (keys_a, sha_a), (keys_b, sha_b) = keys["a"], keys["b"]
+    assert sha_a != sha_b
+    assert len(keys_a - keys_b) == len(keys_b - keys_a) == len(DTYPES) * len(ALIGN_CLASSES)
+
+
+@pytest.mark.slow
+def test_build_compiles_the_tuned_configs(tables, tmp_path, tmp_path_factory, monkeypatch,
+                                          capsys):
+    """A real build of one small spec for sm90 (tuned) and sm80 (not), a rebuild after the
+    table changed, then verify and inspect."""
+    monkeypatch.setattr(aot, "all_specs", lambda: [relu_squared.FWD])
+    out = tmp_path / "out"
+    first, second = Config({"BLOCK": 1024}, num_warps=4), Config({"BLOCK": 4096}, num_warps=8)
+    tables("sm90", {"relu_squared_fwd": {"n=1048576": first}})
+
+    def build(archs):
+        messages = []
+        with environ(TRITON_CACHE_DIR=session_triton_cache(tmp_path_factory)):
+            results = aot.build(archs, str(out), jobs=2, log=messages.append)
+        return {r.arch: r for r in results}
+
+    def manifest(arch):
+        return json.loads((out / arch / "manifest.json").read_bytes())
+
+    six = len(DTYPES) * len(ALIGN_CLASSES)
+    r = build(["sm90", "sm80"])
+    assert (r["sm90"].variants, r["sm90"].compiled) == (2 * six, 2 * six)
+    assert (r["sm80"].variants, r["sm80"].compiled) == (six, six)
+    names = {f"relu_squared_fwd.{d}.{a}.{first.tag}" for d in DTYPES for a in ALIGN_CLASSES}
+    assert names <= set(manifest("sm90")["variants"])
+    assert not names & set(manifest("sm80")["variants"])
+    assert manifest("sm90")["tuned_sha256"] == tuning.table_sha256("sm90")
+    assert manifest("sm80")["tuned_sha256"] is None
+
+    tables("sm90", {"relu_squared_fwd": {"n=1048576": second}})
+    capsys.readouterr()
+    assert cli_main(["verify", "--dir", str(out)]) == 0  # built with the other table: a note
+    text = capsys.readouterr().out
+    assert "NOTE sm90: built with another tuned table" in text
+    assert f"{six} ok, 0 bad" in text and f"{six} of the other table" in text
+
+    r = build(["sm90"])
+    assert (r["sm90"].compiled, r["sm90"].reused, r["sm90"].removed) == (six, six, 2 * six)
+    assert manifest("sm90")["tuned_sha256"] == tuning.table_sha256("sm90")
+    assert cli_main(["verify", "--dir", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "NOTE" not in text and f"sm90 [dir] {out / 'sm90'}: {2 * six} ok, 0 bad" in text
+
+    registry.reset()
+    try:
+        with environ(LIGER_AOT_ARTIFACT_DIR=out, LIGER_AOT_IGNORE_CACHE=1):
+            assert cli_main(["inspect"]) == 0
+    finally:
+        registry.reset()
+    text = capsys.readouterr().out
+    assert f"{'relu_squared_fwd':<28} {2 * six:>5} variants" in text
+    assert f"tuned table {tuning.table_sha256('sm90')[:12]}" in text
+
+
+# -- candidates -----------------------------------------------------------------------------
+
+FLAG_WHOLE_ROW_MAX = {"rms_norm_fwd": rms.RESIDUAL_MAX_WHOLE_ROW,
+                      "rms_norm_bwd": rms.DRES_MAX_WHOLE_ROW}
+
+
+@pytest.mark.parametrize("name", list(tune.CASES))
+def test_candidates_are_configs_the_kernel_supports(name):
+    case = tune.CASES[name]
+    keys = set(case.spec.configs[0].constexprs)
+    flags = (False, True) if len(case.shapes[0]) > 2 else (False,)
+    assert name in FLAG_WHOLE_ROW_MAX or flags == (False,)
+    for bucket in (2 ** k for k in range(4, 19)):
+        for flag in flags:
+            configs = list(case.candidates(bucket, flag))
+            assert len({c.tag for c in configs}) == len(configs)
+            for c in configs:
+                assert set(c.constexprs) == keys, c.tag
+                assert c.num_warps in (4, 8, 16) and c.num_stages == 1, c.tag
+                m, n = c.constexprs["BLOCK_M"], c.constexprs["BLOCK_N"]
+                assert m & (m - 1) == 0 and n & (n - 1) == 0, c.tag  # powers of two
+                if "LOOP" not in keys:  # gated activations: a 2-D grid covers any row
+                    assert m * n <= 4096, c.tag
+                elif c.constexprs["LOOP"]:
+                    assert m == 1 and n < bucket, c.tag  # one row per program, looping
+                else:
+                    assert n >= bucket and m * n <= 16384, c.tag  # the whole row in the tile
+                    if flag:  # wider tiles compile the residual path out
+                        assert n <= FLAG_WHOLE_ROW_MAX[name], c.tag
+
+
+@pytest.mark.parametrize("name", list(tune.CASES))
+def test_plan_measures_the_heuristic_first(name):
+    case = tune.CASES[name]
+    for shape in case.shapes:
+        configs = tune.candidates_of(case, shape)
+        assert configs[0] is case.spec.rule(*shape[1:])
+        assert shape[1] % 16 == 0  # what the aligned (a16) variants serve
+        assert len(configs) >= 2
+
+
+def _parse_bucket(key: str) -> tuple:
+    values = [v.split("=", 1)[1] for v in key.split(",")]
+    return (int(values[0]), *(v == "True" for v in values[1:]))
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "kernel_src" / "tuned").glob("*.json")),
+                         ids=lambda p: p.name)
+def test_committed_tables_are_valid(path):
+    """A committed table is formatted as the tuner writes it and only holds configs the
+    tuner may choose for the bucket (the heuristic's or a candidate)."""
+    data = path.read_bytes()
+    table = json.loads(data)
+    assert data == tuning.format_table(table)
+    assert table["arch"] == path.stem and table["format"] == tuning.TABLE_FORMAT
+    for name, buckets in table["specs"].items():
+        case = tune.CASES[name]
+        for key, entry in buckets.items():
+            args = _parse_bucket(key)
+            assert tuning.bucket_key(case.spec, args) == key
+            allowed = {c.tag for c in tune.candidates_of(case, (1, *args))}
+            assert tune._tag(entry["config"]) in allowed, (name, key)
+
+
+# -- `liger-aot tune` -----------------------------------------------------------------------
+
+def test_tune_without_a_gpu_is_a_clear_error(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cli_main(["tune", "--arch", "sm90"]) == 2
+    err = capsys.readouterr().err
+    assert "liger-aot tune: error:" in err and "torch sees no GPU" in err
+
+
+def test_tune_on_another_arch_is_a_clear_error(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(device, "device_arch", lambda i: ("sm80", "NVIDIA A100 (sm_80)"))
+    assert cli_main(["tune", "--arch", "sm90"]) == 2
+    err = capsys.readouterr().err
+    assert "this GPU is NVIDIA A100 (sm_80)" in err and "on an sm90 GPU" in err
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["tune", "--arch", "sm90,sm80"], "one arch at a time"),
+    (["tune", "--arch", "sm75"], "unknown arch"),
+    (["tune", "--arch", "sm90", "--specs", "rms_norm_fwd,nope"], "tunable specs are rms_norm"),
+])
+def test_tune_bad_arguments(argv, match, capsys):
+    assert cli_main(argv) == 2
+    assert match in capsys.readouterr().err
+
+
+def test_tune_dry_run_and_help(capsys):
+    assert cli_main(["tune", "--arch", "sm90", "--dry-run", "--specs", "softmax_fwd"]) == 0
+    out = capsys.readouterr().out
+    assert "softmax_fwd" in out and "n_cols=131072" in out and "nothing measured" in out
+    assert "rms_norm" not in out
+    with pytest.raises(SystemExit) as info:
+        cli_main(["tune", "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    for words in ("--dry-run", "--specs", "--out", "torch reference", "2% faster", "H200"):
+        assert words in out, words
+
+
+TINY = {  # shapes the interpreter computes in seconds, covering flags and looped configs
+    "rms_norm_fwd": ((8, 64, False), (8, 48, True)),
+    "rms_norm_bwd": ((8, 64, False), (8, 64, True)),
+    "layer_norm_fwd": ((8, 64),), "layer_norm_bwd": ((8, 64),),
+    "swiglu_fwd": ((4, 1504),), "swiglu_bwd": ((4, 1504),),
+    "softmax_fwd": ((8, 64), (2, 20000)), "softmax_bwd": ((8, 64), (2, 20000)),
+}
+
+
+def test_tune_end_to_end_in_the_interpreter(tables, tmp_path):
+    """Every case at a tiny shape on CPU tensors (Triton's interpreter) with a fake timer: a
+    wrong candidate is dropped however fast, a >2% faster one is chosen, one within 2% is
+    not; the table written is what tuning reads and what the sm90 build compiles."""
+    wrong = Config({"BLOCK_M": 1, "BLOCK_N": 32, "LOOP": False}, num_warps=4)  # half a row
+    favored = Config({"BLOCK_M": 16, "BLOCK_N": 64, "LOOP": False}, num_warps=4)
+    cases = {name: dataclasses.replace(case, shapes=TINY[name])
+             for name, case in tune.CASES.items()}
+    rms_case = cases["rms_norm_fwd"]
+
+    def candidates(bucket, flag=False):  # `favored` first wins the tie on its tag
+        return [wrong, *([] if flag else [favored]), *rms_case.candidates(bucket, flag)]
+
+    cases["rms_norm_fwd"] = dataclasses.replace(rms_case, candidates=candidates)
+    timed = []
+
+    def timer(run, config):
+        run()  # the closure the real timer would repeat
+        timed.append(config)
+        if config is favored:
+            return 0.9
+        return 0.5 if config is wrong else 1.0 - 0.001 * len(timed)  # within 2% of 1.0
+
+    specs, problems = tune.tune("sm90", cases, device="cpu", timer=timer, log=lambda *a: None)
+    assert problems == []
+    assert not [c for c in timed if c is wrong] and [c for c in timed if c is favored]
+    plan = tune.plan(cases)
+    assert len(timed) == sum(len(configs) for *_, configs in plan) - 2  # wrong, twice
+    for name, key, shape, configs in plan:
+        record = specs[name][key]
+        assert record["rejected"] == (name == "rms_norm_fwd")
+        assert record["heuristic"]["tag"] == configs[0].tag
+        if name == "rms_norm_fwd" and key == "n_cols=64,residual=False":
+            assert tune._tag(record["config"]) == favored.tag == record["best"]["tag"]
+        else:
+            assert tune._tag(record["config"]) == configs[0].tag  # kept: within 2%
+    assert "heuristic" in tune.format_results(specs)
+
+    path = Path(tuning.TUNED_DIR) / "sm90.json"
+    tune.write_table(str(path), "sm90", {"swiglu_bwd": {"n_cols=8192": {"config": {}}}}, {})
+    tune.write_table(str(path), "sm90", specs, {"device": "cpu"})
+    table = json.loads(path.read_bytes())
+    assert path.read_bytes() == tuning.format_table(table)
+    assert table["device"] == "cpu" and table["specs"]["rms_norm_fwd"] == specs["rms_norm_fwd"]
+    assert table["specs"]["swiglu_bwd"] == specs["swiglu_bwd"]  # re-tuned: replaced
+    tuning.reset()
+    got = tuning.select(rms.FWD, "sm90", (50, False))
+    assert got.tag == favored.tag
+    assert f"rms_norm_fwd.bf16.a16.CASTING=0.{favored.tag}" in {
+        v.name for v in rms.FWD.variants("sm90")}
+    # and the op on that config computes the same as with the rule's (interpreter)
+    x = torch.randn(5, 50, dtype=torch.bfloat16)
+    w = torch.randn(50, dtype=torch.bfloat16)
+    from liger_aot.ops.rms_norm import _fwd
+    y = torch.empty_like(x)
+    rstd = torch.empty(5, dtype=torch.float32)
+    _fwd.launch((1,), y, x, w, rstd, 5, 50, 50, 50, 1e-6, 0.0, y, x, 50, 50, 0,
+                dtype=x.dtype, config=got, options=(("CASTING", 0),))
+    ref = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)).to(
+        x.dtype) * w
+    torch.testing.assert_close(y, ref, rtol=2e-2, atol=2e-2)
+
+
+WIDER = {  # every candidate of the buckets the GPU run measures, whole-row and looped
+    "rms_norm_fwd": ((16, 1024, False), (4, 16384, False), (4, 8192, True), (2, 40000, False)),
+    "rms_norm_bwd": ((16, 1024, False), (4, 8192, True), (4, 16384, False)),
+    "layer_norm_fwd": ((16, 1024), (2, 8192), (4, 16384)),
+    "layer_norm_bwd": ((16, 1024), (4, 16384)),
+    "swiglu_fwd": ((4, 5008),), "swiglu_bwd": ((4, 5008),),
+    "softmax_fwd": ((16, 1024), (2, 32768)), "softmax_bwd": ((16, 1024), (2, 32768)),
+}
+
+
+@pytest.mark.slow
+def test_every_candidate_computes_the_reference():
+    """The candidate generators yield only configs the kernels compute correctly (checked
+    in the interpreter against the torch references, as the GPU run checks them)."""
+    cases = {name: dataclasses.replace(case, shapes=WIDER[name])
+             for name, case in tune.CASES.items()}
+    specs, problems = tune.tune("sm90", cases, device="cpu", timer=lambda run, config: 1.0,
+                                log=lambda *a: None)
+    assert problems == []
+    rejected = {(name, key): r["rejected"] for name, buckets in specs.items()
+                for key, r in buckets.items() if r["rejected"]}
+    assert not rejected
+    assert sum(len(b) for b in specs.values()) == sum(map(len, WIDER.values()))

@@ -92,7 +92,9 @@ def cross_entropy_fwd(LOSS, ZLOSS, ACC, GRAD, LOGITS, TARGET, WEIGHT, SCALES, RO
         best = tl.min(tl.full([BLOCK_V], 0, tl.int32), axis=0)
         d = tl.zeros([BLOCK_V], dtype=tl.float32)
         sx = tl.sum(d, axis=0)  # scalar: a per-lane sum would cost 16 more registers
-        for start in range(0, n_cols, BLOCK_V):
+        # num_stages=3: three chunks' loads in flight per program (software pipelining);
+        # measured 1.60 -> 1.54 ms for loss + gradient at 8192 x 128256 on an H200
+        for start in tl.range(0, n_cols, BLOCK_V, num_stages=3):
             c = start + cols
             mask = c < n_cols
             x = tl.load(x_row + c, mask=mask, other=float("-inf")).to(tl.float32)
@@ -140,7 +142,7 @@ def cross_entropy_fwd(LOSS, ZLOSS, ACC, GRAD, LOGITS, TARGET, WEIGHT, SCALES, RO
                 + 2.0 * k_z * lse_square_scale * lse
             t_coef = k_ce * (1.0 - eps) * w_t
             s_coef = k_ce * smooth
-            for start in range(0, n_cols, BLOCK_V):
+            for start in tl.range(0, n_cols, BLOCK_V, num_stages=3):
                 c = start + cols
                 mask = c < n_cols
                 x = tl.load(x_row + c, mask=mask, other=0.0).to(tl.float32)

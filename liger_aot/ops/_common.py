@@ -39,6 +39,15 @@ def row_stride(t2: torch.Tensor) -> int:
     return t2.stride(0) if t2.shape[0] > 1 else t2.shape[1]
 
 
+def backward_programs_per_sm(n_cols: int) -> int:
+    """Programs per SM for the norm backwards, whose programs walk rows with three rows'
+    loads in flight (tl.range num_stages=3) and each write an fp32 dW partial. Measured on an
+    H200 (benchmarks/pipeline_experiment.py): 2 per SM best from 4096 columns up (80% of copy
+    at 16384 x 4096, 83% at 8192 x 8192 with 1-2), 4 for 1024 (74%); fewer programs also
+    mean fewer partials to sum."""
+    return 4 if n_cols <= 2048 else 2
+
+
 def persistent_grid(rows: int, device_index: int, per_sm: int = 4, split: int = 1) -> tuple:
     """(programs, rows_per_program) for a persistent grid of about per_sm programs per SM in
     all, `split` of them per row (e.g. one per column block); programs is 0 when rows is 0."""

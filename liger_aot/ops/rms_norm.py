@@ -10,8 +10,9 @@ import torch
 from liger_aot.kernel_src.rms_norm import spec
 from liger_aot.runtime import Kernel
 
-from ._common import (check_float, check_same_device, check_same_dtype, check_same_shape,
-                      persistent_grid, row_stride, rows_view)
+from ._common import (backward_programs_per_sm, check_float, check_same_device,
+                      check_same_dtype, check_same_shape, persistent_grid, row_stride,
+                      rows_view)
 
 _fwd = Kernel(spec.FWD)
 _bwd = Kernel(spec.BWD)
@@ -80,7 +81,7 @@ def _backward(dy, s2, weight, rstd, offset, casting, dres=None, in_place=False,
     else:
         dx = torch.empty((rows, n), dtype=s2.dtype, device=s2.device)
     device = s2.get_device()
-    programs, rows_per_program = persistent_grid(rows, device)
+    programs, rows_per_program = persistent_grid(rows, device, backward_programs_per_sm(n))
     dw_partial = torch.empty((programs, n), dtype=torch.float32, device=s2.device)
     if rows and n:
         _bwd.launch((programs,), dx, dw_partial, dy2, s2, weight, rstd, rows, n,

@@ -81,9 +81,7 @@ def layer_norm_bwd(DX, DW_PARTIAL, DB_PARTIAL, DY, X, W, MEAN, RSTD, n_rows, n_c
         w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
         dw = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         db = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        # three rows' loads in flight per program, as in rms_norm_bwd (see there)
-        for step in tl.range(0, rows_per_program, BLOCK_M,
-                             num_stages=3 if BLOCK_N <= 8192 else 1):
+        for step in range(0, rows_per_program, BLOCK_M):
             rows = first + step + tl.arange(0, BLOCK_M)
             live = rows < last
             mask = live[:, None] & col_mask[None, :]

@@ -10,8 +10,7 @@ import torch
 from liger_aot.kernel_src.layer_norm import spec
 from liger_aot.runtime import Kernel
 
-from ._common import (backward_programs_per_sm, check_float, check_same_device, persistent_grid,
-                      row_stride, rows_view)
+from ._common import check_float, check_same_device, persistent_grid, row_stride, rows_view
 
 _fwd = Kernel(spec.FWD)
 _bwd = Kernel(spec.BWD)
@@ -44,7 +43,7 @@ def layer_norm_backward(dy, x2, weight, mean, rstd, need_dw=True, need_db=True):
         dy2 = dy2.to(x2.dtype)
     dx = torch.empty((rows, n), dtype=x2.dtype, device=x2.device)
     device = x2.get_device()
-    programs, rows_per_program = persistent_grid(rows, device, backward_programs_per_sm(n))
+    programs, rows_per_program = persistent_grid(rows, device)
     dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x2.device)
     db_partial = torch.empty((programs, n), dtype=torch.float32, device=x2.device)
     if rows and n:

@@ -40,7 +40,7 @@ def row_stride(t2: torch.Tensor) -> int:
 
 
 def backward_programs_per_sm(n_cols: int) -> int:
-    """Programs per SM for the norm backwards, whose programs walk rows with three rows'
+    """Programs per SM for the RMSNorm backward, whose programs walk rows with three rows'
     loads in flight (tl.range num_stages=3) and each write an fp32 dW partial. Measured on an
     H200 (benchmarks/pipeline_experiment.py): 2 per SM best from 4096 columns up (80% of copy
     at 16384 x 4096, 83% at 8192 x 8192 with 1-2), 4 for 1024 (74%); fewer programs also

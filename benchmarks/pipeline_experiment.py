@@ -2,8 +2,10 @@
 
   python benchmarks/pipeline_experiment.py [--out DIR]
 
-Kernel-level num_stages changed nothing for the cross-entropy loops (ce_split_experiment.py):
-Triton pipelines by default only loads that feed tl.dot. tl.range(..., num_stages=S) asks for
+Kernel-level num_stages changed nothing for the cross-entropy loops (an earlier run of the
+split-row kernel below with STAGES=1 and kernel-level num_stages 2 or 3, docs/results/
+2026-11-30-ce-split-experiment-*-h200.txt): Triton pipelines by default only loads that feed
+tl.dot. tl.range(..., num_stages=S) asks for
 it on one loop, which keeps S iterations' loads in flight per program. Two places need that:
 (a) cross-entropy with one row per SM (persistent split-row kernel): enough bytes in flight
 for HBM, while the ~132 rows in flight fit L2 so pass 2 re-reads from L2;
@@ -17,6 +19,8 @@ import torch
 import triton
 import triton.language as tl
 from triton.testing import do_bench
+
+from _gpu import copy_bandwidth
 
 
 @triton.jit
@@ -108,9 +112,7 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
-    x = torch.empty(2 * 1024**3, dtype=torch.uint8, device="cuda")
-    copy_bw = 2 * x.numel() / (do_bench(lambda: x.clone(), return_mode="median") * 1e-3)
-    del x
+    copy_bw = copy_bandwidth()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows = []
 

@@ -24,6 +24,8 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _gpu import copy_bandwidth  # noqa: E402
 DEV, BF16 = "cuda", torch.bfloat16
 
 CANDIDATES = (  # (BLOCK_V, RESIDENT, num_warps)
@@ -49,9 +51,7 @@ def main():
     from liger_aot.kernel_src import triton_function
     from liger_aot.kernel_src.cross_entropy import spec
 
-    x = torch.empty(2 * 1024**3, dtype=torch.uint8, device=DEV)
-    copy_bw = 2 * x.numel() / (do_bench(lambda: x.clone(), return_mode="median") * 1e-3)
-    del x
+    copy_bw = copy_bandwidth()
     print(f"copy {copy_bw / 1e12:.2f} TB/s")
     rows = []
     fwd = triton_function(spec.FWD)

@@ -17,6 +17,8 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _gpu import copy_bandwidth  # noqa: E402
 
 
 def main():
@@ -31,9 +33,7 @@ def main():
     from liger_aot.kernel_src.rms_norm import spec
 
     fn = triton_function(spec.BWD)
-    x = torch.empty(2 * 1024**3, dtype=torch.uint8, device="cuda")
-    copy_bw = 2 * x.numel() / (do_bench(lambda: x.clone(), return_mode="median") * 1e-3)
-    del x
+    copy_bw = copy_bandwidth()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows_out = []
     for M, N in ((16384, 4096), (65536, 1024), (8192, 8192), (4096, 16384), (1024, 65536)):

@@ -5,6 +5,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest
 import torch
 
+from _op_helpers import assert_compile_matches_eager, check_op
 from liger_aot.kernel_src.dyt import spec
 from liger_aot.ops import dyt as dyt_mod
 from liger_aot.ops.dyt import dyt
@@ -13,32 +14,12 @@ from liger_aot.transformers.norms import LigerDyT
 TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-2}
 
 
-def rel_err(out, ref):
-    out, ref = out.double(), ref.double()
-    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-
-
 def check(x, alpha, gamma, beta):
     """Forward and backward of dyt against float64 PyTorch."""
-    dtype = x.dtype
-    x, alpha, gamma = (t.detach().requires_grad_() for t in (x, alpha, gamma))
-    beta = beta.detach().requires_grad_() if beta is not None else None
-    y = dyt(x, alpha, gamma, beta)
-    assert y.shape == x.shape and y.dtype == dtype
-    g = torch.randn(y.shape, dtype=dtype)
-    y.backward(g)
-    x64, a64, g64 = (t.detach().double().requires_grad_() for t in (x, alpha, gamma))
-    b64 = beta.detach().double().requires_grad_() if beta is not None else None
-    ref = g64 * torch.tanh(a64 * x64) + (b64 if b64 is not None else 0)
-    ref.backward(g.double())
-    tol = TOL[dtype]
-    assert rel_err(y, ref) < tol
-    assert rel_err(x.grad, x64.grad) < tol
-    assert rel_err(alpha.grad, a64.grad) < tol
-    assert rel_err(gamma.grad, g64.grad) < tol
+    _, (_, alpha, _, _), _ = check_op(
+        dyt, lambda x, a, g, b: g * torch.tanh(a * x) + (b if b is not None else 0),
+        (x, alpha, gamma, beta), TOL)
     assert alpha.grad.shape == alpha.shape and alpha.grad.dtype == alpha.dtype
-    if beta is not None:
-        assert rel_err(beta.grad, b64.grad) < tol
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
@@ -119,14 +100,7 @@ def test_dyt_compile_matches_eager():
     torch.manual_seed(4)
     x, a, g, b = torch.randn(2, 5, 72), torch.tensor([0.6]), torch.randn(72), torch.randn(72)
     dy = torch.randn(2, 5, 72)
-    results = []
-    for f in (dyt, torch.compile(dyt, fullgraph=True, backend="aot_eager")):
-        ts = [t.clone().requires_grad_() for t in (x, a, g, b)]
-        y = f(*ts)
-        y.backward(dy)
-        results.append([y.detach()] + [t.grad for t in ts])
-    for u, v in zip(*results):
-        torch.testing.assert_close(u, v, rtol=1e-6, atol=1e-6)
+    assert_compile_matches_eager(dyt, (x, a, g, b), lambda y: dy, tol=1e-6)
 
 
 def test_dyt_opcheck():

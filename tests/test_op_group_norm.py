@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from _op_helpers import assert_compile_matches_eager, check_op
 from liger_aot.kernel_src.group_norm import spec
 from liger_aot.ops import group_norm as gn_mod
 from liger_aot.ops.group_norm import group_norm
@@ -14,32 +15,12 @@ from liger_aot.transformers.norms import LigerGroupNorm
 TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-2}
 
 
-def rel_err(out, ref):
-    out, ref = out.double(), ref.double()
-    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-
-
 def check(x, w, b, groups, eps=1e-5):
     """Forward and backward of group_norm against float64 PyTorch."""
-    dtype = x.dtype
     channels = x.shape[1]
-    x, w = x.detach().requires_grad_(), w.detach().requires_grad_()
-    b = b.detach().requires_grad_() if b is not None else None
-    y = group_norm(x, w, b, channels, groups, eps)
-    assert y.shape == x.shape and y.dtype == dtype
-    g = torch.randn(y.shape, dtype=dtype)
-    y.backward(g)
-    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
-    b64 = b.detach().double().requires_grad_() if b is not None else None
-    ref = F.group_norm(x64, groups, w64, b64, eps)
-    ref.backward(g.double())
-    tol = TOL[dtype]
-    assert rel_err(y, ref) < tol
-    assert rel_err(x.grad, x64.grad) < tol
-    assert rel_err(w.grad, w64.grad) < tol
+    _, (x, w, b), _ = check_op(lambda x, w, b: group_norm(x, w, b, channels, groups, eps),
+                               lambda x, w, b: F.group_norm(x, groups, w, b, eps), (x, w, b), TOL)
     assert w.grad.dtype == w.dtype
-    if b is not None:
-        assert rel_err(b.grad, b64.grad) < tol
 
 
 # hw 1 (2-D input), 6, 35, 300: the three backward tile shapes
@@ -121,14 +102,7 @@ def test_group_norm_compile_matches_eager():
     def fn(x, w, b):
         return group_norm(x, w, b, 6, 3, 1e-5)
 
-    results = []
-    for f in (fn, torch.compile(fn, fullgraph=True, backend="aot_eager")):
-        xr, wr, br = (t.clone().requires_grad_() for t in (x, w, b))
-        y = f(xr, wr, br)
-        y.backward(g)
-        results.append((y.detach(), xr.grad, wr.grad, br.grad))
-    for u, v in zip(*results):
-        torch.testing.assert_close(u, v, rtol=1e-6, atol=1e-6)
+    assert_compile_matches_eager(fn, (x, w, b), lambda y: g, tol=1e-6)
 
 
 def test_group_norm_opcheck():

@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from _op_helpers import assert_compile_matches_eager, check_op
 from liger_aot.kernel_src.layer_norm import spec
 from liger_aot.ops import layer_norm as ln_mod
 from liger_aot.ops.layer_norm import layer_norm
@@ -14,33 +15,12 @@ from liger_aot.transformers.norms import LigerLayerNorm
 TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-2}
 
 
-def rel_err(out, ref):
-    out, ref = out.double(), ref.double()
-    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-
-
 def check(x, w, b, eps=1e-5):
     """Forward and backward of layer_norm against float64 PyTorch."""
-    dtype = x.dtype
-    x = x.detach().requires_grad_()
-    w = w.detach().requires_grad_()
-    b = b.detach().requires_grad_() if b is not None else None
-    y = layer_norm(x, w, b, eps)
-    assert y.shape == x.shape and y.dtype == dtype
-    g = torch.randn(y.shape, dtype=dtype)
-    y.backward(g)
-    x64 = x.detach().double().requires_grad_()
-    w64 = w.detach().double().requires_grad_()
-    b64 = b.detach().double().requires_grad_() if b is not None else None
-    ref = F.layer_norm(x64, (x.shape[-1],), w64, b64, eps)
-    ref.backward(g.double())
-    tol = TOL[dtype]
-    assert rel_err(y, ref) < tol
-    assert rel_err(x.grad, x64.grad) < tol
-    assert rel_err(w.grad, w64.grad) < tol
+    _, (x, w, b), _ = check_op(lambda x, w, b: layer_norm(x, w, b, eps),
+                               lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b, eps),
+                               (x, w, b), TOL)
     assert w.grad.dtype == w.dtype
-    if b is not None:
-        assert rel_err(b.grad, b64.grad) < tol
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
@@ -119,14 +99,7 @@ def test_layer_norm_bad_inputs():
 def test_layer_norm_compile_matches_eager():
     torch.manual_seed(4)
     x, w, b, g = torch.randn(2, 5, 72), torch.randn(72), torch.randn(72), torch.randn(2, 5, 72)
-    results = []
-    for f in (layer_norm, torch.compile(layer_norm, fullgraph=True, backend="aot_eager")):
-        xr, wr, br = (t.clone().requires_grad_() for t in (x, w, b))
-        y = f(xr, wr, br, 1e-5)
-        y.backward(g)
-        results.append((y.detach(), xr.grad, wr.grad, br.grad))
-    for a, c in zip(*results):
-        torch.testing.assert_close(a, c, rtol=1e-6, atol=1e-6)
+    assert_compile_matches_eager(layer_norm, (x, w, b), lambda y: g, args=(1e-5,), tol=1e-6)
 
 
 def test_layer_norm_opcheck():

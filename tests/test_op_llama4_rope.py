@@ -5,16 +5,12 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest
 import torch
 
+from _op_helpers import assert_compile_matches_eager, check_rope, rel_err, rope_grads
 from liger_aot.ops.llama4_rope import (liger_llama4_text_rotary_pos_emb,
                                        liger_llama4_vision_rotary_pos_emb)
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 1e-2}
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
-
-
-def rel_err(out, ref):
-    out, ref = out.double(), ref.double()
-    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
 def reference(xq, xk, freqs_cis):
@@ -34,23 +30,10 @@ def llama4_freqs(batch, seq, dim, scaling=1.0, base=500000.0):
 
 
 def check(xq, xk, freqs_cis, fn=liger_llama4_text_rotary_pos_emb, ref_freqs=None):
-    dtype = xq.dtype
-    xq = xq.detach().requires_grad_()
-    xk = xk.detach().requires_grad_()
-    qo, ko = fn(xq, xk, freqs_cis)
-    assert qo.shape == xq.shape and ko.shape == xk.shape and qo.dtype == dtype
-    gq, gk = torch.randn(qo.shape, dtype=dtype), torch.randn(ko.shape, dtype=dtype)
-    torch.autograd.backward((qo, ko), (gq, gk))
-    q64, k64 = xq.detach().double().requires_grad_(), xk.detach().double().requires_grad_()
     f = (freqs_cis if ref_freqs is None else ref_freqs).to(torch.complex128)
     if f.dim() == 2:
         f = f[None]
-    rq, rk = reference(q64, k64, f)
-    torch.autograd.backward((rq, rk), (gq.double(), gk.double()))
-    tol = TOL[dtype]
-    assert rel_err(qo, rq) < tol and rel_err(ko, rk) < tol
-    assert rel_err(xq.grad, q64.grad) < tol and rel_err(xk.grad, k64.grad) < tol
-    assert xq.grad.dtype == dtype and xk.grad.shape == xk.shape
+    check_rope(lambda q, k: fn(q, k, freqs_cis), lambda q, k: reference(q, k, f), xq, xk, TOL)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -168,15 +151,7 @@ def test_llama4_rope_torch_compile_matches_eager():
         qo, ko = liger_llama4_text_rotary_pos_emb(q, k, f)
         return qo * 2.0, ko
 
-    results = []
-    for g in (fn, torch.compile(fn, fullgraph=True, backend="aot_eager")):
-        ql, kl = xq.detach().requires_grad_(), xk.detach().requires_grad_()
-        qo, ko = g(ql, kl)
-        torch.autograd.backward((qo, ko), (torch.ones_like(qo), torch.full_like(ko, 0.5)))
-        results.append((qo, ko, ql.grad, kl.grad))
-    for eager, compiled in zip(*results):
-        assert torch.equal(eager, compiled)
-    torch._dynamo.reset()
+    assert_compile_matches_eager(fn, (xq, xk), rope_grads)
 
 
 def test_llama4_rope_opcheck():

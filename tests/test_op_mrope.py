@@ -5,20 +5,11 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest
 import torch
 
+from _op_helpers import apply_rotary, assert_compile_matches_eager, check_rope, rope_grads
 from liger_aot.ops.mrope import liger_multimodal_rotary_pos_emb, liger_qwen2vl_mrope
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 1e-2}
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
-
-
-def rel_err(out, ref):
-    out, ref = out.double(), ref.double()
-    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-
-
-def rotate_half(x):
-    h = x.shape[-1] // 2
-    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
 def reference(q, k, cos, sin, mrope_section, unsqueeze_dim=1):
@@ -26,8 +17,7 @@ def reference(q, k, cos, sin, mrope_section, unsqueeze_dim=1):
     sections = list(mrope_section) * 2
     cos = torch.cat([m[i % 3] for i, m in enumerate(cos.split(sections, dim=-1))], dim=-1)
     sin = torch.cat([m[i % 3] for i, m in enumerate(sin.split(sections, dim=-1))], dim=-1)
-    cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
-    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+    return apply_rotary(q, k, cos, sin, unsqueeze_dim)
 
 
 def qwen2vl_cos_sin(batch, seq, dim, dtype, base=10000.0):
@@ -41,20 +31,9 @@ def qwen2vl_cos_sin(batch, seq, dim, dtype, base=10000.0):
 
 
 def check(q, k, cos, sin, section, unsqueeze_dim=1):
-    dtype = q.dtype
-    q = q.detach().requires_grad_()
-    k = k.detach().requires_grad_()
-    qo, ko = liger_multimodal_rotary_pos_emb(q, k, cos, sin, section, unsqueeze_dim)
-    assert qo.shape == q.shape and ko.shape == k.shape and qo.dtype == dtype
-    gq, gk = torch.randn(qo.shape, dtype=dtype), torch.randn(ko.shape, dtype=dtype)
-    torch.autograd.backward((qo, ko), (gq, gk))
-    q64, k64 = q.detach().double().requires_grad_(), k.detach().double().requires_grad_()
-    rq, rk = reference(q64, k64, cos.double(), sin.double(), section, unsqueeze_dim)
-    torch.autograd.backward((rq, rk), (gq.double(), gk.double()))
-    tol = TOL[dtype]
-    assert rel_err(qo, rq) < tol and rel_err(ko, rk) < tol
-    assert rel_err(q.grad, q64.grad) < tol and rel_err(k.grad, k64.grad) < tol
-    assert q.grad.dtype == dtype and k.grad.shape == k.shape
+    check_rope(lambda q, k: liger_multimodal_rotary_pos_emb(q, k, cos, sin, section, unsqueeze_dim),
+               lambda q, k: reference(q, k, cos.double(), sin.double(), section, unsqueeze_dim),
+               q, k, TOL)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -149,15 +128,7 @@ def test_mrope_torch_compile_matches_eager():
         qo, ko = liger_multimodal_rotary_pos_emb(q, k, cos, sin, [4, 6, 6])
         return qo * 2.0, ko
 
-    results = []
-    for fn in (f, torch.compile(f, fullgraph=True, backend="aot_eager")):
-        ql, kl = q.detach().requires_grad_(), k.detach().requires_grad_()
-        qo, ko = fn(ql, kl)
-        torch.autograd.backward((qo, ko), (torch.ones_like(qo), torch.full_like(ko, 0.5)))
-        results.append((qo, ko, ql.grad, kl.grad))
-    for eager, compiled in zip(*results):
-        assert torch.equal(eager, compiled)
-    torch._dynamo.reset()
+    assert_compile_matches_eager(f, (q, k), rope_grads)
 
 
 def test_mrope_opcheck():

@@ -5,17 +5,13 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest
 import torch
 
+from _op_helpers import assert_compile_matches_eager, check_op, rel_err
 from liger_aot.kernel_src.poly_norm import spec
 from liger_aot.ops import poly_norm as poly_mod
 from liger_aot.ops.poly_norm import poly_norm
 from liger_aot.transformers.norms import LigerPolyNorm
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-2}
-
-
-def rel_err(out, ref):
-    out, ref = out.double(), ref.double()
-    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
 def reference(x, w, b, eps):
@@ -27,20 +23,9 @@ def reference(x, w, b, eps):
 
 def check(x, w, b, eps=1e-6, in_place=True):
     """Forward and backward of poly_norm against float64 PyTorch."""
-    dtype = x.dtype
-    x, w, b = (t.detach().requires_grad_() for t in (x, w, b))
-    y = poly_norm(x, w, b, eps, in_place=in_place)
-    assert y.shape == x.shape and y.dtype == dtype
-    g = torch.randn(y.shape, dtype=dtype)
-    y.backward(g.clone())
-    x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
-    ref = reference(x64, w64, b64, eps)
-    ref.backward(g.double())
-    tol = TOL[dtype]
-    assert rel_err(y, ref) < tol
-    assert rel_err(x.grad, x64.grad) < tol
-    assert rel_err(w.grad, w64.grad) < tol
-    assert rel_err(b.grad, b64.grad) < tol
+    _, (x, w, b), _ = check_op(lambda x, w, b: poly_norm(x, w, b, eps, in_place=in_place),
+                               lambda x, w, b: reference(x, w, b, eps), (x, w, b), TOL,
+                               clone_grad=True)
     assert w.grad.dtype == w.dtype and b.grad.shape == b.shape and b.grad.dtype == b.dtype
 
 
@@ -124,14 +109,9 @@ def test_poly_norm_bad_inputs():
 def test_poly_norm_compile_matches_eager():
     torch.manual_seed(5)
     x, w, b, g = torch.randn(2, 5, 72), torch.randn(3), torch.randn(()), torch.randn(2, 5, 72)
-    results = []
-    for f in (poly_norm, torch.compile(poly_norm, fullgraph=True, backend="aot_eager")):
-        xr, wr, br = (t.clone().requires_grad_() for t in (x, w, b))
-        y = f(xr, wr, br, 1e-6)
-        y.backward(g.clone())  # eager in_place writes dx into the gradient
-        results.append((y.detach(), xr.grad, wr.grad, br.grad))
-    for a, c in zip(*results):
-        torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-5)
+    # eager in_place writes dx into the gradient: each run gets a copy
+    assert_compile_matches_eager(poly_norm, (x, w, b), lambda y: g.clone(), args=(1e-6,),
+                                 tol=1e-5)
 
 
 def test_poly_norm_opcheck():

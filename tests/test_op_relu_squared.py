@@ -5,31 +5,15 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest
 import torch
 
+from _op_helpers import assert_compile_matches_eager, check_op, ones_like
 from liger_aot.ops.relu_squared import relu_squared
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 1e-2}
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
 
-def rel_err(out, ref):
-    out, ref = out.double(), ref.double()
-    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-
-
 def check(x):
-    dtype = x.dtype
-    x = x.detach().requires_grad_()
-    y = relu_squared(x)
-    assert y.shape == x.shape and y.dtype == dtype
-    g = torch.randn(y.shape, dtype=dtype)
-    y.backward(g)
-    x64 = x.detach().double().requires_grad_()
-    ref = torch.relu(x64) ** 2
-    ref.backward(g.double())
-    tol = TOL[dtype]
-    assert rel_err(y, ref) < tol
-    assert rel_err(x.grad, x64.grad) < tol
-    assert x.grad.shape == x.shape and x.grad.dtype == dtype
+    check_op(relu_squared, lambda x: torch.relu(x) ** 2, (x,), TOL)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -84,15 +68,7 @@ def test_relu_squared_torch_compile_matches_eager():
     def f(x):
         return relu_squared(x) * 2.0
 
-    results = []
-    for fn in (f, torch.compile(f, fullgraph=True, backend="aot_eager")):
-        xl = x.detach().requires_grad_()
-        y = fn(xl)
-        y.backward(torch.ones_like(y))
-        results.append((y, xl.grad))
-    for eager, compiled in zip(*results):
-        assert torch.equal(eager, compiled)
-    torch._dynamo.reset()
+    assert_compile_matches_eager(f, (x,), ones_like)
 
 
 def test_relu_squared_opcheck():

@@ -5,25 +5,12 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest
 import torch
 
+from _op_helpers import apply_rotary as reference
+from _op_helpers import assert_compile_matches_eager, check_rope, rel_err, rope_grads
 from liger_aot.ops.rope import liger_rotary_pos_emb
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
 DTYPES = [torch.float32, torch.bfloat16]
-
-
-def rel_err(out, ref):
-    out, ref = out.double(), ref.double()
-    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-
-
-def rotate_half(x):
-    h = x.shape[-1] // 2
-    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
-
-
-def reference(q, k, cos, sin, unsqueeze_dim=1):
-    cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
-    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
 
 
 def hf_cos_sin(batch, seq, dim, dtype, base=10000.0):
@@ -35,28 +22,9 @@ def hf_cos_sin(batch, seq, dim, dtype, base=10000.0):
 
 
 def check(q, k, cos, sin, unsqueeze_dim=1, use_k=True):
-    dtype = q.dtype
-    q = q.detach().requires_grad_()
-    k = k.detach().requires_grad_()
-    qo, ko = liger_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim)
-    assert qo.shape == q.shape and ko.shape == k.shape and qo.dtype == dtype
-    gq, gk = torch.randn(qo.shape, dtype=dtype), torch.randn(ko.shape, dtype=dtype)
-    q64, k64 = q.detach().double().requires_grad_(), k.detach().double().requires_grad_()
-    rq, rk = reference(q64, k64, cos.double(), sin.double(), unsqueeze_dim)
-    tol = TOL[dtype]
-    assert rel_err(qo, rq) < tol
-    assert rel_err(ko, rk) < tol
-    if use_k:
-        torch.autograd.backward((qo, ko), (gq, gk))
-        torch.autograd.backward((rq, rk), (gq.double(), gk.double()))
-        assert rel_err(k.grad, k64.grad) < tol
-        assert k.grad.dtype == dtype
-    else:
-        qo.backward(gq)
-        rq.backward(gq.double())
-        assert k.grad is None
-    assert rel_err(q.grad, q64.grad) < tol
-    assert q.grad.shape == q.shape and q.grad.dtype == dtype
+    check_rope(lambda q, k: liger_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim),
+               lambda q, k: reference(q, k, cos.double(), sin.double(), unsqueeze_dim),
+               q, k, TOL, use_k)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -195,15 +163,7 @@ def test_rope_torch_compile_matches_eager():
         qo, ko = liger_rotary_pos_emb(q, k, cos, sin)
         return qo * 2.0, ko
 
-    results = []
-    for fn in (f, torch.compile(f, fullgraph=True, backend="aot_eager")):
-        ql, kl = q.detach().requires_grad_(), k.detach().requires_grad_()
-        qo, ko = fn(ql, kl)
-        torch.autograd.backward((qo, ko), (torch.ones_like(qo), torch.full_like(ko, 0.5)))
-        results.append((qo, ko, ql.grad, kl.grad))
-    for eager, compiled in zip(*results):
-        assert torch.equal(eager, compiled)
-    torch._dynamo.reset()
+    assert_compile_matches_eager(f, (q, k), rope_grads)
 
 
 def test_rope_opcheck():

@@ -5,6 +5,8 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest
 import torch
 
+from _op_helpers import (assert_compile_matches_eager, check_op, check_row_layouts, opcheck_rowwise,
+                         rel_err, seeded_randn)
 from liger_aot.kernel_src.softmax import spec
 from liger_aot.ops.softmax import softmax
 
@@ -12,25 +14,8 @@ TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 1e-2}
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
 
-def rel_err(out, ref):
-    out, ref = out.double(), ref.double()
-    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-
-
 def check(x, dim=-1, scale=1.0):
-    dtype = x.dtype
-    x = x.detach().requires_grad_()
-    y = softmax(x, dim)
-    assert y.shape == x.shape and y.dtype == dtype
-    g = torch.randn(y.shape, dtype=dtype)
-    y.backward(g)
-    x64 = x.detach().double().requires_grad_()
-    ref = torch.softmax(x64, dim)
-    ref.backward(g.double())
-    tol = TOL[dtype]
-    assert rel_err(y, ref) < tol
-    assert rel_err(x.grad, x64.grad) < tol
-    assert x.grad.shape == x.shape and x.grad.dtype == dtype
+    check_op(lambda x: softmax(x, dim), lambda x: torch.softmax(x, dim), (x,), TOL)
 
 
 # Shapes cover each whole-row config, the looped config with one program per row (enough
@@ -66,11 +51,7 @@ def test_softmax_dims(dim):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_softmax_noncontiguous_misaligned(dtype):
     torch.manual_seed(3)
-    check(torch.randn(2, 5, 2 * 70, dtype=dtype).chunk(2, dim=-1)[1])  # row stride 140
-    check(torch.randn(70, 6, dtype=dtype).t())  # last dim stride 6: copied
-    x = torch.randn(3 * 100 + 1, dtype=dtype)[1:].view(3, 100)
-    assert x.data_ptr() % 16 != 0
-    check(x)
+    check_row_layouts(check, dtype)
     x = torch.randn(3 * 17000 + 1, dtype=dtype)[1:].view(3, 17000)
     check(x)
 
@@ -123,24 +104,13 @@ def test_softmax_torch_compile_matches_eager():
     def f(x):
         return softmax(x) * 2.0 + softmax(x, 1)
 
-    results = []
-    for fn in (f, torch.compile(f, fullgraph=True, backend="aot_eager")):
-        xl = x.detach().requires_grad_()
-        y = fn(xl)
-        y.backward(torch.randn(y.shape, generator=torch.Generator().manual_seed(0)))
-        results.append((y, xl.grad))
-    for eager, compiled in zip(*results):
-        assert torch.equal(eager, compiled)
-    torch._dynamo.reset()
+    assert_compile_matches_eager(f, (x,), seeded_randn)
 
 
 def test_softmax_opcheck():
     from liger_aot.ops.softmax import softmax_bwd_op, softmax_fwd_op
 
-    x = torch.randn(3, 20, requires_grad=True)
-    torch.library.opcheck(softmax_fwd_op, (x,))
-    y = torch.softmax(x.detach(), -1)
-    torch.library.opcheck(softmax_bwd_op, (torch.randn(3, 20), y))
+    opcheck_rowwise(softmax_fwd_op, softmax_bwd_op, lambda x: torch.softmax(x, -1))
 
 
 def test_softmax_module():

@@ -5,6 +5,8 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest
 import torch
 
+from _op_helpers import (assert_compile_matches_eager, check_op, check_row_layouts, opcheck_rowwise,
+                         rel_err, seeded_randn)
 from liger_aot.ops.sparsemax import sparsemax
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 1e-2}
@@ -13,8 +15,7 @@ DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
 def err(out, ref):
     """Relative error; absolute when the reference is zero (e.g. a one-element support)."""
-    out, ref = out.double(), ref.double()
-    return ((out - ref).norm() / ref.norm().clamp_min(1.0)).item()
+    return rel_err(out, ref, floor=1.0)
 
 
 def reference(x, dim=-1):
@@ -32,20 +33,8 @@ def reference(x, dim=-1):
 
 
 def check(x, dim=-1):
-    dtype = x.dtype
-    x = x.detach().requires_grad_()
-    y = sparsemax(x, dim)
-    assert y.shape == x.shape and y.dtype == dtype
-    g = torch.randn(y.shape, dtype=dtype)
-    y.backward(g)
-    x64 = x.detach().double().requires_grad_()
-    ref = reference(x64, dim)
-    ref.backward(g.double())
-    tol = TOL[dtype]
-    assert err(y, ref) < tol
-    assert err(x.grad, x64.grad) < tol
-    assert x.grad.shape == x.shape and x.grad.dtype == dtype
-    if dtype == torch.float32:
+    y, _, _ = check_op(lambda x: sparsemax(x, dim), lambda x: reference(x, dim), (x,), TOL, err)
+    if y.dtype == torch.float32:
         torch.testing.assert_close(y.sum(dim), torch.ones_like(y.sum(dim)))
 
 
@@ -80,11 +69,7 @@ def test_sparsemax_dims(dim):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_sparsemax_noncontiguous_misaligned(dtype):
     torch.manual_seed(2)
-    check(torch.randn(2, 5, 2 * 70, dtype=dtype).chunk(2, dim=-1)[1])
-    check(torch.randn(70, 6, dtype=dtype).t())
-    x = torch.randn(3 * 100 + 1, dtype=dtype)[1:].view(3, 100)
-    assert x.data_ptr() % 16 != 0
-    check(x)
+    check_row_layouts(check, dtype)
     check(torch.randn(2 * 5000 + 1, dtype=dtype)[1:].view(2, 5000) * 0.1)
 
 
@@ -129,24 +114,13 @@ def test_sparsemax_torch_compile_matches_eager():
     def f(x):
         return sparsemax(x) * 2.0 + sparsemax(x, 0)
 
-    results = []
-    for fn in (f, torch.compile(f, fullgraph=True, backend="aot_eager")):
-        xl = x.detach().requires_grad_()
-        y = fn(xl)
-        y.backward(torch.randn(y.shape, generator=torch.Generator().manual_seed(0)))
-        results.append((y, xl.grad))
-    for eager, compiled in zip(*results):
-        assert torch.equal(eager, compiled)
-    torch._dynamo.reset()
+    assert_compile_matches_eager(f, (x,), seeded_randn)
 
 
 def test_sparsemax_opcheck():
     from liger_aot.ops.sparsemax import sparsemax_bwd_op, sparsemax_fwd_op
 
-    x = torch.randn(3, 20, requires_grad=True)
-    torch.library.opcheck(sparsemax_fwd_op, (x,))
-    y = reference(x.detach())
-    torch.library.opcheck(sparsemax_bwd_op, (torch.randn(3, 20), y))
+    opcheck_rowwise(sparsemax_fwd_op, sparsemax_bwd_op, reference)
 
 
 def test_sparsemax_module():

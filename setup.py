@@ -9,5 +9,5 @@ from setuptools import find_packages, setup
 setup(
     packages=find_packages(include=["liger_aot", "liger_aot.*"]),
     package_dir={"": "."},
-    package_data={"liger_aot.kernel_src": ["*/*.py"]},
+    package_data={"liger_aot.kernel_src": ["*/*.py", "tuned/*.json"]},
 )

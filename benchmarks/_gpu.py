@@ -9,3 +9,42 @@ def copy_bandwidth() -> float:
     x = torch.empty(2 * 1024**3, dtype=torch.uint8, device="cuda")
     y = torch.empty_like(x)
     return 2 * x.numel() / (do_bench(lambda: y.copy_(x), return_mode="median") * 1e-3)
+
+
+def _rel(out, ref) -> float:
+    return ((out.float() - ref).norm() / ref.norm()).item()
+
+
+def cross_entropy_case(n_rows: int, vocab: int, device: str = "cuda"):
+    """bf16 logits (n_rows, vocab), int64 targets and error(loss, grad=None): the largest
+    relative error of per-row losses and, when given, of the "mean" gradient on the first,
+    middle and last rows, against torch in fp32."""
+    logits = torch.randn(n_rows, vocab, device=device, dtype=torch.bfloat16) * 3
+    target = torch.randint(0, vocab, (n_rows,), device=device)
+    ref_loss = torch.logsumexp(logits.float(), -1) - \
+        logits.float().gather(1, target[:, None])[:, 0]
+    rows = torch.tensor([0, n_rows // 2, n_rows - 1], device=device)
+    ref_grad = (torch.softmax(logits[rows].float(), -1)
+                - torch.nn.functional.one_hot(target[rows], vocab)) / n_rows
+
+    def error(loss, grad=None) -> float:
+        err = ((loss - ref_loss).abs().max() / ref_loss.abs().max()).item()
+        return err if grad is None else max(err, _rel(grad[rows], ref_grad))
+    return logits, target, error
+
+
+def rms_norm_backward_case(n_rows: int, n_cols: int, device: str = "cuda"):
+    """bf16 x, dy, w, fp32 rstd (eps 1e-6) and error(dx, dw): the larger relative error of
+    the two gradients against torch autograd in fp32."""
+    x = torch.randn(n_rows, n_cols, device=device, dtype=torch.bfloat16)
+    dy = torch.randn_like(x)
+    w = torch.randn(n_cols, device=device, dtype=torch.bfloat16)
+    rstd = torch.rsqrt(x.float().pow(2).mean(-1) + 1e-6)
+    xf = x.float().requires_grad_()
+    wf = w.float().requires_grad_()
+    out = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)) * wf
+    ref_dx, ref_dw = torch.autograd.grad(out, (xf, wf), dy.float())
+
+    def error(dx, dw) -> float:
+        return max(_rel(dx, ref_dx), _rel(dw, ref_dw))
+    return x, dy, w, rstd, error

@@ -27,7 +27,7 @@ from liger_aot.kernel_src.rms_norm import spec as rms_norm
 from liger_aot.kernel_src.softmax import spec as softmax
 from liger_aot.kernel_src.spec import Config, KernelSpec, next_power_of_2
 from liger_aot.kernel_src.swiglu import spec as swiglu
-from liger_aot.ops._common import multiprocessor_count, persistent_grid
+from liger_aot.ops._common import block_grid, multiprocessor_count, persistent_grid
 
 KEEP_WITHIN = 0.02  # keep the heuristic config unless the best is more than 2% faster
 TOLERANCE = 2e-2  # relative error (norm) against the fp32 torch reference
@@ -38,27 +38,65 @@ DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp
 # -- candidates: configs a kernel supports for every row of at most `bucket` columns -------
 
 def row_configs(bucket: int, flag: bool = False, *, max_tile: int, whole_row_max: int,
-                flag_whole_row_max: int | None = None, loop_from: int):
+                flag_whole_row_max: int | None = None, loop_from: int, launches=None):
     """Configs of a row kernel with BLOCK_M, BLOCK_N and LOOP constexprs: whole-row tiles
     (BLOCK_N == bucket, BLOCK_M rows, at most max_tile elements) for buckets up to
     whole_row_max (flag_whole_row_max when the rule's flag is set: kernels that compile the
     flag's path out of wider tiles), looped rows of 4096-16384 columns for buckets from
-    loop_from; 8-32 elements per thread."""
+    loop_from; 8-32 elements per thread. Kernels with STAGES and PROGRAMS_PER_SM constexprs
+    take each launch shape `launches(tile, loop)` yields as (STAGES, PROGRAMS_PER_SM)."""
+    def shaped(constexprs, warps):
+        if launches is None:
+            yield Config(constexprs, num_warps=warps)
+            return
+        for stages, per_sm in launches(constexprs["BLOCK_M"] * constexprs["BLOCK_N"],
+                                       constexprs["LOOP"]):
+            yield Config({**constexprs, "STAGES": stages, "PROGRAMS_PER_SM": per_sm},
+                         num_warps=warps)
+
+    warp_counts = (4, 8, 16) if launches is None else (4, 8, 16, 32)
     if bucket <= (flag_whole_row_max if flag and flag_whole_row_max else whole_row_max):
         for block_m in (1, 2, 4, 8, 16):
             tile = block_m * bucket
             if tile > max_tile:
                 break
-            for warps in (4, 8, 16):
+            for warps in warp_counts:
                 if 8 <= tile // (32 * warps) <= 32:
-                    yield Config({"BLOCK_M": block_m, "BLOCK_N": bucket, "LOOP": False},
-                                 num_warps=warps)
+                    yield from shaped({"BLOCK_M": block_m, "BLOCK_N": bucket, "LOOP": False},
+                                      warps)
     if bucket >= loop_from:
         for block_n in (4096, 8192, 16384):
             for warps in (8, 16):
                 if block_n < bucket and 8 <= block_n // (32 * warps) <= 32:
-                    yield Config({"BLOCK_M": 1, "BLOCK_N": block_n, "LOOP": True},
-                                 num_warps=warps)
+                    yield from shaped({"BLOCK_M": 1, "BLOCK_N": block_n, "LOOP": True},
+                                      warps)
+
+
+def forward_launches(tile: int, loop: bool):
+    """(STAGES, PROGRAMS_PER_SM) of a norm forward: one program per row block, and
+    persistent programs with row blocks in flight as far as shared memory holds them
+    (bf16 x: 2 bytes a tile element per stage, 227 KB an SM); looped rows pipeline columns."""
+    if loop:
+        yield from ((1, 0), (3, 0))
+        return
+    yield 1, 0
+    if tile <= 8192:
+        yield from ((3, 2), (3, 4))
+    elif tile <= 16384:
+        yield from ((3, 1), (2, 2))
+    else:
+        yield 2, 1
+
+
+def backward_launches(tile: int, loop: bool):
+    """(STAGES, PROGRAMS_PER_SM) of a norm backward (persistent; two tensors, x and dy, a
+    stage)."""
+    if loop:
+        yield from ((1, 2), (1, 4), (3, 1), (3, 2))
+        return
+    yield from ((1, 4), (3, 1), (3, 2))
+    if tile <= 4096:
+        yield 3, 4
 
 
 def tile_configs(bucket: int, flag: bool = False):
@@ -109,11 +147,9 @@ def rms_norm_inputs(rows, n, flag, dtype, device):
     y = sf * rstd[:, None] * wf
     dy = _randn(rows, n, dtype=dtype, device=device)
     y.backward(dy.float())
-    programs, rows_per_program = persistent_grid(rows, x.get_device())
     t.update(y_ref=y.detach(), rstd_ref=rstd.detach(), s_in=s, dy=dy,
              dx=torch.empty_like(x), dx_ref=sf.grad + (t["dres"].float() if flag else 0),
-             dw_partial=torch.empty(programs, n, dtype=torch.float32, device=device),
-             dw_partial_ref=wf.grad, programs=programs, rows_per_program=rows_per_program)
+             dw_partial_ref=wf.grad)
     return t
 
 
@@ -127,15 +163,26 @@ def layer_norm_inputs(rows, n, flag, dtype, device):
     y = (xf - mean[:, None]) * rstd[:, None] * wf + bf
     dy = _randn(rows, n, dtype=dtype, device=device)
     y.backward(dy.float())
-    programs, rows_per_program = persistent_grid(rows, x.get_device())
     stats = lambda: torch.empty(rows, dtype=torch.float32, device=device)  # noqa: E731
-    partial = lambda: torch.empty(programs, n, dtype=torch.float32, device=device)  # noqa: E731
     return {"x": x, "w": w, "b": b, "y": torch.empty_like(x), "mean": stats(),
             "rstd": stats(), "y_ref": y.detach(), "mean_ref": mean.detach(),
             "rstd_ref": rstd.detach(), "dy": dy, "dx": torch.empty_like(x),
-            "dx_ref": xf.grad, "dw_partial": partial(), "dw_partial_ref": wf.grad,
-            "db_partial": partial(), "db_partial_ref": bf.grad, "programs": programs,
-            "rows_per_program": rows_per_program}
+            "dx_ref": xf.grad, "dw_partial_ref": wf.grad, "db_partial_ref": bf.grad}
+
+
+def persistent_partials(t, config):
+    """A norm backward's grid for the config (its PROGRAMS_PER_SM) and fp32 partial buffers
+    of that many rows, kept per program count."""
+    x = t["dy"]
+    rows, n = x.shape
+    programs, t["rows_per_program"] = persistent_grid(rows, x.get_device(),
+                                                      config.constexprs["PROGRAMS_PER_SM"])
+    t["programs"] = programs
+    for name in ("dw_partial", "db_partial"):
+        if name + "_ref" in t:
+            t[name] = t.setdefault("partials", {}).setdefault(
+                (name, programs),
+                torch.empty(programs, n, dtype=torch.float32, device=x.device))
 
 
 def glu_inputs(rows, n, flag, dtype, device):
@@ -174,7 +221,7 @@ def _run(fn, grid, args, config, **constexprs):
 def rms_norm_fwd(fn, t, config):
     x, rows, n = t["x"], *t["x"].shape
     s, r = (t["s"], t["r"]) if "r" in t else (t["y"], x)
-    _run(fn, (math.ceil(rows / config.constexprs["BLOCK_M"]),),
+    _run(fn, block_grid(rows, x.get_device(), config),
          (t["y"], x, t["w"], t["rstd"], rows, n, n, n, EPS, 0.0, s, r, n, n, int("r" in t)),
          config, CASTING=0)
 
@@ -189,7 +236,7 @@ def rms_norm_bwd(fn, t, config):
 
 def layer_norm_fwd(fn, t, config):
     x, rows, n = t["x"], *t["x"].shape
-    _run(fn, (math.ceil(rows / config.constexprs["BLOCK_M"]),),
+    _run(fn, block_grid(rows, x.get_device(), config),
          (t["y"], x, t["w"], t["b"], t["mean"], t["rstd"], rows, n, n, n, EPS, 1), config)
 
 
@@ -234,7 +281,8 @@ class Case:
     bucket; the family's input factory; the launch of one config; the outputs checked against
     their `<name>_ref` (a per-program partial, one dim more, is summed first); the passes
     over rows x n_cols elements that a launch reads or writes (without, with the flag), for
-    the bandwidth; the candidate generator (bucket, flag)."""
+    the bandwidth; the candidate generator (bucket, flag); what a config needs set up in the
+    inputs before its launches (prepare(inputs, config), untimed), if anything."""
     spec: KernelSpec
     shapes: tuple
     make: Callable
@@ -242,28 +290,34 @@ class Case:
     outputs: tuple
     passes: tuple
     candidates: Callable
+    prepare: Callable | None = None
 
 
-def _rows_case(spec, shapes, make, launch, outputs, passes, **limits):
+def _rows_case(spec, shapes, make, launch, outputs, passes, prepare=None, **limits):
     return Case(spec, shapes, make, launch, outputs, passes,
-                lambda bucket, flag=False: row_configs(bucket, flag, **limits))
+                lambda bucket, flag=False: row_configs(bucket, flag, **limits), prepare)
 
 
-_NORM_NS = (1024, 2048, 4096, 8192, 16384, 65536)
-_FWD_LIMITS = {"max_tile": 16384, "whole_row_max": 16384, "loop_from": 8192}
-_BWD_LIMITS = {"max_tile": 8192, "whole_row_max": 8192, "loop_from": 8192}
+_NORM_NS = (1024, 2048, 4096, 8192, 16384, 32768, 65536)
+_FWD_LIMITS = {"max_tile": 32768, "whole_row_max": 32768, "loop_from": 8192,
+               "launches": forward_launches}
+# Backward whole rows up to 16K columns: on 32 warps, 16 elements a thread of x, dy, w and
+# the dw accumulator (within the 64 registers a thread has at 1024 threads an SM).
+_BWD_LIMITS = {"max_tile": 16384, "whole_row_max": 16384, "loop_from": 8192,
+               "launches": backward_launches}
 
 CASES = {case.spec.name: case for case in (
-    _rows_case(rms_norm.FWD, _shapes(_NORM_NS, flag_ns=(4096, 8192)), rms_norm_inputs,
+    _rows_case(rms_norm.FWD, _shapes(_NORM_NS, flag_ns=_NORM_NS), rms_norm_inputs,
                rms_norm_fwd, ("y", "rstd", "s"), (2, 4), **_FWD_LIMITS,
-               flag_whole_row_max=rms_norm.RESIDUAL_MAX_WHOLE_ROW),
-    _rows_case(rms_norm.BWD, _shapes(_NORM_NS, flag_ns=(4096, 8192)), rms_norm_inputs,
-               rms_norm_bwd, ("dx", "dw_partial"), (3, 4), **_BWD_LIMITS,
-               flag_whole_row_max=rms_norm.DRES_MAX_WHOLE_ROW),
-    _rows_case(layer_norm.FWD, _shapes((1024, 4096, 8192, 16384, 65536)), layer_norm_inputs,
+               flag_whole_row_max=rms_norm.RESIDUAL_MAX_BLOCK_N),
+    _rows_case(rms_norm.BWD, _shapes(_NORM_NS, flag_ns=_NORM_NS), rms_norm_inputs,
+               rms_norm_bwd, ("dx", "dw_partial"), (3, 4), persistent_partials,
+               **_BWD_LIMITS, flag_whole_row_max=rms_norm.DRES_MAX_WHOLE_ROW),
+    _rows_case(layer_norm.FWD, _shapes(_NORM_NS), layer_norm_inputs,
                layer_norm_fwd, ("y", "mean", "rstd"), (2, 2), **_FWD_LIMITS),
-    _rows_case(layer_norm.BWD, _shapes((1024, 4096, 8192, 16384)), layer_norm_inputs,
-               layer_norm_bwd, ("dx", "dw_partial", "db_partial"), (3, 3), **_BWD_LIMITS),
+    _rows_case(layer_norm.BWD, _shapes(_NORM_NS), layer_norm_inputs,
+               layer_norm_bwd, ("dx", "dw_partial", "db_partial"), (3, 3),
+               persistent_partials, **_BWD_LIMITS),
     Case(swiglu.FWD, ((8192, 4096), (8192, 14336), (8192, 28672)), glu_inputs, glu_fwd,
          ("c",), (3, 3), tile_configs),
     Case(swiglu.BWD, ((8192, 4096), (8192, 14336), (8192, 28672)), glu_inputs, glu_bwd,
@@ -326,10 +380,12 @@ def measure(case: Case, shape: tuple, configs: list, device, timer, dtype) -> li
     torch.manual_seed(0)
     rows, n = shape[:2]
     t = case.make(rows, n, _flag(shape), dtype, device)
-    checked = [(t[name], t[name + "_ref"]) for name in case.outputs if name in t]
     results = []
     for config in configs:
         try:
+            if case.prepare is not None:
+                case.prepare(t, config)
+            checked = [(t[name], t[name + "_ref"]) for name in case.outputs if name in t]
             for out, _ in checked:
                 out.fill_(float("nan"))
             case.launch(fn, t, config)

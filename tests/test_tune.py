@@ -24,7 +24,8 @@ from _artifacts import environ, session_triton_cache
 
 REPO = Path(__file__).resolve().parents[1]
 TOOLCHAIN = {"triton_version": "3.6.0", "ptxas_version": "12.8.93"}
-NEW_RMS = Config({"BLOCK_M": 2, "BLOCK_N": 4096, "LOOP": False}, num_warps=16)
+NEW_RMS = Config({"BLOCK_M": 2, "BLOCK_N": 4096, "LOOP": False, "STAGES": 1,
+                  "PROGRAMS_PER_SM": 0}, num_warps=16)
 
 
 def _entry(config: Config) -> dict:
@@ -233,7 +234,7 @@ def test_build_compiles_the_tuned_configs(tables, tmp_path, tmp_path_factory, mo
 
 # -- candidates -----------------------------------------------------------------------------
 
-FLAG_WHOLE_ROW_MAX = {"rms_norm_fwd": rms.RESIDUAL_MAX_WHOLE_ROW,
+FLAG_WHOLE_ROW_MAX = {"rms_norm_fwd": rms.RESIDUAL_MAX_BLOCK_N,
                       "rms_norm_bwd": rms.DRES_MAX_WHOLE_ROW}
 
 
@@ -249,15 +250,20 @@ def test_candidates_are_configs_the_kernel_supports(name):
             assert len({c.tag for c in configs}) == len(configs)
             for c in configs:
                 assert set(c.constexprs) == keys, c.tag
-                assert c.num_warps in (4, 8, 16) and c.num_stages == 1, c.tag
+                assert c.num_warps in (4, 8, 16, 32) and c.num_stages == 1, c.tag
                 m, n = c.constexprs["BLOCK_M"], c.constexprs["BLOCK_N"]
+                assert 8 <= m * n // (32 * c.num_warps) <= 32, c.tag  # elements a thread
+                if "STAGES" in keys:  # launch shapes of the persistent norm kernels
+                    assert c.constexprs["STAGES"] in (1, 2, 3), c.tag
+                    per_sm = c.constexprs["PROGRAMS_PER_SM"]
+                    assert per_sm in ((1, 2, 4) if name.endswith("_bwd") else (0, 1, 2, 4))
                 assert m & (m - 1) == 0 and n & (n - 1) == 0, c.tag  # powers of two
                 if "LOOP" not in keys:  # gated activations: a 2-D grid covers any row
                     assert m * n <= 4096, c.tag
                 elif c.constexprs["LOOP"]:
                     assert m == 1 and n < bucket, c.tag  # one row per program, looping
                 else:
-                    assert n >= bucket and m * n <= 16384, c.tag  # the whole row in the tile
+                    assert n >= bucket and m * n <= 32768, c.tag  # the whole row in the tile
                     if flag:  # wider tiles compile the residual path out
                         assert n <= FLAG_WHOLE_ROW_MAX[name], c.tag
 
@@ -349,8 +355,9 @@ def test_tune_end_to_end_in_the_interpreter(tables, tmp_path):
     """Every case at a tiny shape on CPU tensors (Triton's interpreter) with a fake timer: a
     wrong candidate is dropped however fast, a >2% faster one is chosen, one within 2% is
     not; the table written is what tuning reads and what the sm90 build compiles."""
-    wrong = Config({"BLOCK_M": 1, "BLOCK_N": 32, "LOOP": False}, num_warps=4)  # half a row
-    favored = Config({"BLOCK_M": 16, "BLOCK_N": 64, "LOOP": False}, num_warps=4)
+    launch = {"STAGES": 1, "PROGRAMS_PER_SM": 0}
+    wrong = Config({"BLOCK_M": 1, "BLOCK_N": 32, "LOOP": False, **launch}, num_warps=4)  # half a row
+    favored = Config({"BLOCK_M": 16, "BLOCK_N": 64, "LOOP": False, **launch}, num_warps=4)
     cases = {name: dataclasses.replace(case, shapes=TINY[name])
              for name, case in tune.CASES.items()}
     rms_case = cases["rms_norm_fwd"]
@@ -409,9 +416,10 @@ def test_tune_end_to_end_in_the_interpreter(tables, tmp_path):
 
 
 WIDER = {  # every candidate of the buckets the GPU run measures, whole-row and looped
-    "rms_norm_fwd": ((16, 1024, False), (4, 16384, False), (4, 8192, True), (2, 40000, False)),
+    "rms_norm_fwd": ((16, 1024, False), (4, 16384, False), (4, 8192, True), (2, 16384, True),
+                     (2, 32768, False)),
     "rms_norm_bwd": ((16, 1024, False), (4, 8192, True), (4, 16384, False)),
-    "layer_norm_fwd": ((16, 1024), (2, 8192), (4, 16384)),
+    "layer_norm_fwd": ((16, 1024), (2, 8192), (4, 16384), (2, 32768)),
     "layer_norm_bwd": ((16, 1024), (4, 16384)),
     "swiglu_fwd": ((4, 5008),), "swiglu_bwd": ((4, 5008),),
     "softmax_fwd": ((16, 1024), (2, 32768)), "softmax_bwd": ((16, 1024), (2, 32768)),

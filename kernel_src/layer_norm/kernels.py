@@ -19,57 +19,68 @@ import triton.language as tl
 
 @triton.jit
 def layer_norm_fwd(Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y, stride_x, eps, has_bias,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LOOP: tl.constexpr):
-    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LOOP: tl.constexpr,
+                   STAGES: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr):
+    """Programs stride over blocks of BLOCK_M rows (PROGRAMS_PER_SM, read by the op: 0 one
+    program per block, k > 0 about k per SM); STAGES blocks' loads in flight (whole rows) or
+    column blocks' (looped rows)."""
     cols = tl.arange(0, BLOCK_N)
-    x_row = X + rows[:, None] * stride_x
-    y_row = Y + rows[:, None] * stride_y
-    if not LOOP:
-        c = cols[None, :]
-        mask = row_mask[:, None] & (c < n_cols)
-        x = tl.load(x_row + c, mask=mask, other=0.0).to(tl.float32)
-        mean = tl.sum(x, axis=1) / n_cols
-        xc = tl.where(mask, x - mean[:, None], 0.0)
-        rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
-        w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
-        y = xc * rstd[:, None] * w[None, :]
-        if has_bias != 0:
-            y += tl.load(B + cols, mask=cols < n_cols, other=0.0).to(tl.float32)[None, :]
-        tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
-    else:
-        shift = tl.load(X + rows * stride_x, mask=row_mask, other=0.0).to(tl.float32)
-        acc1 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        acc2 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        for start in range(0, n_cols, BLOCK_N):
-            c = (start + cols)[None, :]
+    n_blocks = tl.cdiv(n_rows, BLOCK_M)
+    for block in tl.range(tl.program_id(0), n_blocks, tl.num_programs(0),
+                          num_stages=1 if LOOP else STAGES):
+        # block * BLOCK_M < n_rows fits int32; rows in int64 for the address arithmetic
+        rows = tl.arange(0, BLOCK_M).to(tl.int64) + block * BLOCK_M
+        row_mask = rows < n_rows
+        x_row = X + rows[:, None] * stride_x
+        y_row = Y + rows[:, None] * stride_y
+        if not LOOP:
+            c = cols[None, :]
             mask = row_mask[:, None] & (c < n_cols)
             x = tl.load(x_row + c, mask=mask, other=0.0).to(tl.float32)
-            xs = tl.where(mask, x - shift[:, None], 0.0)
-            acc1 += xs
-            acc2 += xs * xs
-        m1 = tl.sum(acc1, axis=1) / n_cols
-        var = tl.maximum(tl.sum(acc2, axis=1) / n_cols - m1 * m1, 0.0)
-        mean = shift + m1
-        rstd = 1.0 / tl.sqrt(var + eps)
-        for start in range(0, n_cols, BLOCK_N):
-            c1 = start + cols
-            c = c1[None, :]
-            mask = row_mask[:, None] & (c < n_cols)
-            x = tl.load(x_row + c, mask=mask, other=0.0).to(tl.float32)
-            w = tl.load(W + c1, mask=c1 < n_cols, other=0.0).to(tl.float32)
-            y = (x - mean[:, None]) * rstd[:, None] * w[None, :]
+            mean = tl.sum(x, axis=1) / n_cols
+            xc = tl.where(mask, x - mean[:, None], 0.0)
+            rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
+            w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+            y = xc * rstd[:, None] * w[None, :]
             if has_bias != 0:
-                y += tl.load(B + c1, mask=c1 < n_cols, other=0.0).to(tl.float32)[None, :]
+                y += tl.load(B + cols, mask=cols < n_cols, other=0.0).to(tl.float32)[None, :]
             tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
-    tl.store(MEAN + rows, mean, mask=row_mask)
-    tl.store(RSTD + rows, rstd, mask=row_mask)
+        else:
+            shift = tl.load(X + rows * stride_x, mask=row_mask, other=0.0).to(tl.float32)
+            acc1 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+            acc2 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+            for start in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
+                c = (start + cols)[None, :]
+                mask = row_mask[:, None] & (c < n_cols)
+                x = tl.load(x_row + c, mask=mask, other=0.0).to(tl.float32)
+                xs = tl.where(mask, x - shift[:, None], 0.0)
+                acc1 += xs
+                acc2 += xs * xs
+            m1 = tl.sum(acc1, axis=1) / n_cols
+            var = tl.maximum(tl.sum(acc2, axis=1) / n_cols - m1 * m1, 0.0)
+            mean = shift + m1
+            rstd = 1.0 / tl.sqrt(var + eps)
+            for start in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
+                c1 = start + cols
+                c = c1[None, :]
+                mask = row_mask[:, None] & (c < n_cols)
+                x = tl.load(x_row + c, mask=mask, other=0.0).to(tl.float32)
+                w = tl.load(W + c1, mask=c1 < n_cols, other=0.0).to(tl.float32)
+                y = (x - mean[:, None]) * rstd[:, None] * w[None, :]
+                if has_bias != 0:
+                    y += tl.load(B + c1, mask=c1 < n_cols, other=0.0).to(tl.float32)[None, :]
+                tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
+        tl.store(MEAN + rows, mean, mask=row_mask)
+        tl.store(RSTD + rows, rstd, mask=row_mask)
 
 
 @triton.jit
 def layer_norm_bwd(DX, DW_PARTIAL, DB_PARTIAL, DY, X, W, MEAN, RSTD, n_rows, n_cols,
                    stride_dx, stride_dy, stride_x, rows_per_program,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LOOP: tl.constexpr):
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LOOP: tl.constexpr,
+                   STAGES: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr):
+    """About PROGRAMS_PER_SM programs per SM (the op sizes the grid), STAGES row blocks'
+    (whole rows) or column blocks' (looped rows) loads in flight per program."""
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     first = pid.to(tl.int64) * rows_per_program
@@ -81,7 +92,7 @@ def layer_norm_bwd(DX, DW_PARTIAL, DB_PARTIAL, DY, X, W, MEAN, RSTD, n_rows, n_c
         w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
         dw = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         db = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        for step in range(0, rows_per_program, BLOCK_M):
+        for step in tl.range(0, rows_per_program, BLOCK_M, num_stages=STAGES):
             rows = first + step + tl.arange(0, BLOCK_M)
             live = rows < last
             mask = live[:, None] & col_mask[None, :]
@@ -115,7 +126,7 @@ def layer_norm_bwd(DX, DW_PARTIAL, DB_PARTIAL, DY, X, W, MEAN, RSTD, n_rows, n_c
             dy_row = DY + row * stride_dy
             acc1 = tl.zeros([BLOCK_N], dtype=tl.float32)
             acc2 = tl.zeros([BLOCK_N], dtype=tl.float32)
-            for c0 in range(0, n_cols, BLOCK_N):
+            for c0 in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
                 c = c0 + cols
                 m = (c < n_cols) & live
                 w = tl.load(W + c, mask=m, other=0.0).to(tl.float32)
@@ -126,7 +137,7 @@ def layer_norm_bwd(DX, DW_PARTIAL, DB_PARTIAL, DY, X, W, MEAN, RSTD, n_rows, n_c
                 acc2 += g
             c1 = tl.sum(acc1, axis=0) / n_cols
             c2 = tl.sum(acc2, axis=0) / n_cols
-            for c0 in range(0, n_cols, BLOCK_N):
+            for c0 in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
                 c = c0 + cols
                 m = (c < n_cols) & live
                 w = tl.load(W + c, mask=m, other=0.0).to(tl.float32)

@@ -2,19 +2,22 @@
 from ..spec import Config, KernelSpec, Param
 
 # Whole-row configs (row in registers) up to 16K columns forward / 8K backward (the backward
-# also holds dw and db accumulators), one looped config beyond.
-_WHOLE_ROW = tuple(
-    Config({"BLOCK_M": m, "BLOCK_N": n, "LOOP": False}, num_warps=w)
-    for m, n, w in ((4, 1024, 4), (1, 4096, 8), (1, 16384, 16))
-)
-_LOOPED = Config({"BLOCK_M": 1, "BLOCK_N": 4096, "LOOP": True}, num_warps=8)
+# also holds dw and db accumulators), one looped config beyond. Forward: one program per row
+# block (PROGRAMS_PER_SM 0); backward: 4 persistent programs per SM each owning a run of rows
+# and writing fp32 dw/db partials, unpipelined (STAGES 1: 3 stages made 16384 x 4096 slower
+# on an H200, docs/perf-notes.md). The tuned table may pick others of the same kernels.
+def _config(m, n, w, loop=False, stages=1, per_sm=0):
+    return Config({"BLOCK_M": m, "BLOCK_N": n, "LOOP": loop, "STAGES": stages,
+                   "PROGRAMS_PER_SM": per_sm}, num_warps=w)
+
+
+_WHOLE_ROW = tuple(_config(m, n, w) for m, n, w in ((4, 1024, 4), (1, 4096, 8), (1, 16384, 16)))
+_LOOPED = _config(1, 4096, 8, loop=True)
 CONFIGS = _WHOLE_ROW + (_LOOPED,)
 
-_BWD_WHOLE_ROW = tuple(
-    Config({"BLOCK_M": m, "BLOCK_N": n, "LOOP": False}, num_warps=w)
-    for m, n, w in ((4, 1024, 8), (1, 4096, 8), (1, 8192, 16))
-)
-_BWD_LOOPED = Config({"BLOCK_M": 1, "BLOCK_N": 4096, "LOOP": True}, num_warps=8)
+_BWD_WHOLE_ROW = tuple(_config(m, n, w, per_sm=4)
+                       for m, n, w in ((4, 1024, 8), (1, 4096, 8), (1, 8192, 16)))
+_BWD_LOOPED = _config(1, 4096, 8, loop=True, per_sm=4)
 BWD_CONFIGS = _BWD_WHOLE_ROW + (_BWD_LOOPED,)
 
 

@@ -10,9 +10,9 @@ mostly from L2). Casting modes follow Liger-Kernel: 0 llama (normalize in fp32, 
 input dtype, then multiply by the weight), 1 gemma (everything in fp32), 2 none (input dtype).
 
 The residual add and the residual gradient are runtime flags (a uniform branch, no extra
-variants). The widest whole-row configs (16K columns forward, 8K backward) have the residual
-path compiled out to stay within registers; the op sends fused calls of rows over 8K (forward)
-or 4K (backward) columns to the looped config.
+variants). Whole-row configs wider than RESIDUAL_MAX_BLOCK_N (forward) or 4K (backward) have
+the residual path compiled out to stay within registers; spec.py's rules never send fused
+calls to them.
 
 Backward: dx = rstd * (dy*w' - s*rstd^2*mean(dy*w'*s)) (+ dres, the gradient of the residual
 output, when has_dres). DX may be DY's own buffer (in-place backward): every element of dy is
@@ -20,6 +20,11 @@ read before the same thread writes dx at that element.
 """
 import triton
 import triton.language as tl
+
+from . import spec
+
+# widest whole-row tile that keeps the fused residual path (a global must be a constexpr)
+RESIDUAL_MAX_BLOCK_N = tl.constexpr(spec.RESIDUAL_MAX_BLOCK_N)
 
 
 @triton.jit
@@ -62,53 +67,63 @@ def _load_sum(x_ptrs, r_ptrs, s_ptrs, mask, has_residual, STORE: tl.constexpr,
 def rms_norm_fwd(Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, offset,
                  S, R, stride_s, stride_r, has_residual,
                  CASTING: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 LOOP: tl.constexpr):
-    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
+                 LOOP: tl.constexpr, STAGES: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr):
+    """Programs stride over blocks of BLOCK_M rows. PROGRAMS_PER_SM is read by the op only:
+    0 launches one program per block, k > 0 about k per SM (persistent), whose block loop
+    keeps STAGES blocks' loads in flight. Looped rows pipeline their column loops instead."""
     cols = tl.arange(0, BLOCK_N)
-    x_row = X + rows[:, None] * stride_x
-    y_row = Y + rows[:, None] * stride_y
-    s_row = S + rows[:, None] * stride_s
-    r_row = R + rows[:, None] * stride_r
-    if not LOOP:
-        c = cols[None, :]
-        mask = row_mask[:, None] & (c < n_cols)
-        # the widest whole-row config has no registers to spare: no residual path there
-        # (spec.select_config sends fused calls of longer rows to the looped config)
-        xf = _load_sum(x_row + c, r_row + c, s_row + c, mask, has_residual, True,
-                       BLOCK_N <= 8192)
-        rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, axis=1) / n_cols + eps)
-        w = tl.load(W + cols, mask=cols < n_cols, other=0.0)
-        y = _normalize(xf, w[None, :], rstd[:, None], offset, Y, CASTING)
-        tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
-    else:
-        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        for start in range(0, n_cols, BLOCK_N):
-            c = (start + cols)[None, :]
+    n_blocks = tl.cdiv(n_rows, BLOCK_M)
+    for block in tl.range(tl.program_id(0), n_blocks, tl.num_programs(0),
+                          num_stages=1 if LOOP else STAGES):
+        # block * BLOCK_M < n_rows fits int32; rows in int64 for the address arithmetic
+        rows = tl.arange(0, BLOCK_M).to(tl.int64) + block * BLOCK_M
+        row_mask = rows < n_rows
+        x_row = X + rows[:, None] * stride_x
+        y_row = Y + rows[:, None] * stride_y
+        s_row = S + rows[:, None] * stride_s
+        r_row = R + rows[:, None] * stride_r
+        if not LOOP:
+            c = cols[None, :]
             mask = row_mask[:, None] & (c < n_cols)
-            xf = _load_sum(x_row + c, r_row + c, s_row + c, mask, has_residual, True, True)
-            acc += xf * xf
-        rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=1) / n_cols + eps)
-        for start in range(0, n_cols, BLOCK_N):
-            c1 = start + cols
-            c = c1[None, :]
-            mask = row_mask[:, None] & (c < n_cols)
-            # recomputes s = x + r (same rounding) rather than reading S back
-            xf = _load_sum(x_row + c, r_row + c, s_row + c, mask, has_residual, False, True)
-            w = tl.load(W + c1, mask=c1 < n_cols, other=0.0)
+            # the widest whole-row configs have no registers to spare: no residual path
+            # there (spec.select_config sends fused calls of longer rows to looped configs)
+            xf = _load_sum(x_row + c, r_row + c, s_row + c, mask, has_residual, True,
+                           BLOCK_N <= RESIDUAL_MAX_BLOCK_N)
+            rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, axis=1) / n_cols + eps)
+            w = tl.load(W + cols, mask=cols < n_cols, other=0.0)
             y = _normalize(xf, w[None, :], rstd[:, None], offset, Y, CASTING)
             tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
-    tl.store(RSTD + rows, rstd, mask=row_mask)
+        else:
+            acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+            for start in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
+                c = (start + cols)[None, :]
+                mask = row_mask[:, None] & (c < n_cols)
+                xf = _load_sum(x_row + c, r_row + c, s_row + c, mask, has_residual, True, True)
+                acc += xf * xf
+            rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=1) / n_cols + eps)
+            for start in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
+                c1 = start + cols
+                c = c1[None, :]
+                mask = row_mask[:, None] & (c < n_cols)
+                # recomputes s = x + r (same rounding) rather than reading S back
+                xf = _load_sum(x_row + c, r_row + c, s_row + c, mask, has_residual, False,
+                               True)
+                w = tl.load(W + c1, mask=c1 < n_cols, other=0.0)
+                y = _normalize(xf, w[None, :], rstd[:, None], offset, Y, CASTING)
+                tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
+        tl.store(RSTD + rows, rstd, mask=row_mask)
 
 
 @triton.jit
 def rms_norm_bwd(DX, DW_PARTIAL, DY, X, W, RSTD, n_rows, n_cols, stride_dx, stride_dy,
                  stride_x, offset, rows_per_program, DRES, stride_dres, has_dres,
                  CASTING: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 LOOP: tl.constexpr):
+                 LOOP: tl.constexpr, STAGES: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr):
     """dx = rstd * (dy*w' - xhat * mean(dy*w'*xhat)) [+ dres], w' = offset + w.
     Each program owns rows_per_program consecutive rows and writes its fp32 partial of
-    dw = sum(dy * xhat) to DW_PARTIAL[pid, :]; the host side sums the partials."""
+    dw = sum(dy * xhat) to DW_PARTIAL[pid, :]; the host side sums the partials. The op
+    launches about PROGRAMS_PER_SM programs per SM; STAGES row blocks' (whole rows) or
+    column blocks' (looped rows) loads are in flight per program."""
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     first = pid.to(tl.int64) * rows_per_program
@@ -118,11 +133,9 @@ def rms_norm_bwd(DX, DW_PARTIAL, DY, X, W, RSTD, n_rows, n_cols, stride_dx, stri
         col_mask = cols < n_cols
         w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + offset
         dw = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        # Three rows' loads in flight per program (software pipelining through shared
-        # memory): measured 65% -> 80% of copy at 16384 x 4096 on an H200. Rows of 16K
-        # columns would need 3 x 64 KB of shared memory a program: not pipelined.
-        for step in tl.range(0, rows_per_program, BLOCK_M,
-                             num_stages=3 if BLOCK_N <= 8192 else 1):
+        # Software pipelining through shared memory: 3 stages took 16384 x 4096 from 65% to
+        # 80% of copy on an H200 (docs/perf-notes.md).
+        for step in tl.range(0, rows_per_program, BLOCK_M, num_stages=STAGES):
             rows = first + step + tl.arange(0, BLOCK_M)
             mask = (rows < last)[:, None] & col_mask[None, :]
             c = cols[None, :]
@@ -157,7 +170,7 @@ def rms_norm_bwd(DX, DW_PARTIAL, DY, X, W, RSTD, n_rows, n_cols, stride_dx, stri
             x_row = X + row * stride_x
             dy_row = DY + row * stride_dy
             acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-            for c0 in range(0, n_cols, BLOCK_N):
+            for c0 in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
                 c = c0 + cols
                 m = (c < n_cols) & live
                 w = tl.load(W + c, mask=m, other=0.0).to(tl.float32) + offset
@@ -165,7 +178,7 @@ def rms_norm_bwd(DX, DW_PARTIAL, DY, X, W, RSTD, n_rows, n_cols, stride_dx, stri
                 dyf = tl.load(dy_row + c, mask=m, other=0.0).to(tl.float32)
                 acc += dyf * w * xf
             dot = tl.sum(acc, axis=0) / n_cols
-            for c0 in range(0, n_cols, BLOCK_N):
+            for c0 in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
                 c = c0 + cols
                 m = (c < n_cols) & live
                 w = tl.load(W + c, mask=m, other=0.0).to(tl.float32) + offset

@@ -4,19 +4,26 @@ from ..spec import Config, KernelSpec, Param
 
 CASTING_MODES = {"llama": 0, "gemma": 1, "none": 2}
 
-# Whole-row configs (row held in registers), several rows per program for short rows so
-# each program moves at least ~8 KB; one looped config for rows over 16K columns.
-_WHOLE_ROW = tuple(
-    Config({"BLOCK_M": m, "BLOCK_N": n, "LOOP": False}, num_warps=w)
-    for m, n, w in ((16, 128, 4), (8, 256, 4), (4, 512, 4), (2, 1024, 4), (1, 2048, 4),
-                    (1, 4096, 8), (1, 8192, 16), (1, 16384, 16))
-)
-_LOOPED = Config({"BLOCK_M": 1, "BLOCK_N": 4096, "LOOP": True}, num_warps=8)
+# Forward: whole-row configs (row held in registers), several rows per program for short
+# rows so each program moves at least ~8 KB, one program per row block (PROGRAMS_PER_SM 0);
+# one looped config for rows over 16K columns. The tuned table (kernel_src/tuned) may pick
+# persistent forwards (PROGRAMS_PER_SM > 0, STAGES row blocks in flight), 32K-column whole
+# rows on 32 warps and pipelined column loops.
+def _fwd(m, n, w, loop=False, stages=1, per_sm=0):
+    return Config({"BLOCK_M": m, "BLOCK_N": n, "LOOP": loop, "STAGES": stages,
+                   "PROGRAMS_PER_SM": per_sm}, num_warps=w)
+
+
+_WHOLE_ROW = tuple(_fwd(m, n, w) for m, n, w in (
+    (16, 128, 4), (8, 256, 4), (4, 512, 4), (2, 1024, 4), (1, 2048, 4), (1, 4096, 8),
+    (1, 8192, 16), (1, 16384, 16)))
+_LOOPED = _fwd(1, 4096, 8, loop=True)
 CONFIGS = _WHOLE_ROW + (_LOOPED,)
 
-
-# Widest whole-row configs that carry the fused residual path (kernels.py compiles it out
-# of wider ones, which have no registers to spare); longer fused rows use the looped config.
+# Widest whole-row tile that carries the fused residual path (kernels.py compiles it out of
+# wider ones, which have no registers to spare); the rule sends fused calls of rows over
+# RESIDUAL_MAX_WHOLE_ROW to the looped config, a tuned table may pick up to this width.
+RESIDUAL_MAX_BLOCK_N = 16384
 RESIDUAL_MAX_WHOLE_ROW = 8192
 DRES_MAX_WHOLE_ROW = 4096
 
@@ -30,13 +37,20 @@ def select_config(n_cols: int, residual: bool = False) -> Config:
     return _LOOPED
 
 
-# Backward holds the weight and a dw accumulator per program, so one row per step.
-_BWD_WHOLE_ROW = tuple(
-    Config({"BLOCK_M": m, "BLOCK_N": n, "LOOP": False}, num_warps=w)
-    for m, n, w in ((8, 128, 4), (4, 256, 4), (2, 512, 4), (1, 1024, 4), (1, 2048, 4),
-                    (1, 4096, 8), (1, 8192, 16))
-)
-_BWD_LOOPED = Config({"BLOCK_M": 1, "BLOCK_N": 4096, "LOOP": True}, num_warps=8)
+# Backward: persistent programs (PROGRAMS_PER_SM per SM, each owning a run of rows and
+# writing one fp32 dw partial) that hold the weight and a dw accumulator, so one row per step
+# from 1K columns. Whole rows up to 8K keep 3 row blocks' loads in flight (STAGES): on an
+# H200 that took 16384 x 4096 from 65% to 80% of copy, best with 2 programs per SM from 2K
+# columns and 4 below (benchmarks/pipeline_experiment.py, docs/perf-notes.md).
+def _bwd(m, n, w, loop=False, stages=3, per_sm=2):
+    return Config({"BLOCK_M": m, "BLOCK_N": n, "LOOP": loop, "STAGES": stages,
+                   "PROGRAMS_PER_SM": per_sm}, num_warps=w)
+
+
+_BWD_WHOLE_ROW = tuple(_bwd(m, n, w, per_sm=4 if n <= 2048 else 2) for m, n, w in (
+    (8, 128, 4), (4, 256, 4), (2, 512, 4), (1, 1024, 4), (1, 2048, 4), (1, 4096, 8),
+    (1, 8192, 16)))
+_BWD_LOOPED = _bwd(1, 4096, 8, loop=True, stages=1)
 BWD_CONFIGS = _BWD_WHOLE_ROW + (_BWD_LOOPED,)
 
 

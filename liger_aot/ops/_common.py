@@ -39,13 +39,14 @@ def row_stride(t2: torch.Tensor) -> int:
     return t2.stride(0) if t2.shape[0] > 1 else t2.shape[1]
 
 
-def backward_programs_per_sm(n_cols: int) -> int:
-    """Programs per SM for the RMSNorm backward, whose programs walk rows with three rows'
-    loads in flight (tl.range num_stages=3) and each write an fp32 dW partial. Measured on an
-    H200 (benchmarks/pipeline_experiment.py): 2 per SM best from 4096 columns up (80% of copy
-    at 16384 x 4096, 83% at 8192 x 8192 with 1-2), 4 for 1024 (74%); fewer programs also
-    mean fewer partials to sum."""
-    return 4 if n_cols <= 2048 else 2
+def block_grid(rows: int, device_index: int, config) -> tuple:
+    """Grid of a kernel whose programs stride over blocks of BLOCK_M rows: one program per
+    block, or with the config's PROGRAMS_PER_SM k > 0 at most k per SM (persistent)."""
+    blocks = (rows + config.constexprs["BLOCK_M"] - 1) // config.constexprs["BLOCK_M"]
+    per_sm = config.constexprs["PROGRAMS_PER_SM"]
+    if per_sm:
+        blocks = min(blocks, per_sm * multiprocessor_count(device_index))
+    return (blocks,)
 
 
 def persistent_grid(rows: int, device_index: int, per_sm: int = 4, split: int = 1) -> tuple:

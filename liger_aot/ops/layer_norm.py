@@ -10,7 +10,8 @@ import torch
 from liger_aot.kernel_src.layer_norm import spec
 from liger_aot.runtime import Kernel
 
-from ._common import check_float, check_same_device, persistent_grid, row_stride, rows_view
+from ._common import (block_grid, check_float, check_same_device, persistent_grid, row_stride,
+                      rows_view)
 
 _fwd = Kernel(spec.FWD)
 _bwd = Kernel(spec.BWD)
@@ -26,9 +27,9 @@ def layer_norm_forward(x, weight, bias, eps):
     mean = torch.empty(rows, dtype=torch.float32, device=x.device)
     rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
     if rows and n:
-        config = _fwd.select_config(x2.get_device(), n)
-        block_m = config.constexprs["BLOCK_M"]
-        _fwd.launch(((rows + block_m - 1) // block_m,), y, x2, weight,
+        device = x2.get_device()
+        config = _fwd.select_config(device, n)
+        _fwd.launch(block_grid(rows, device, config), y, x2, weight,
                     weight if bias is None else bias, mean, rstd, rows, n,
                     row_stride(y), row_stride(x2), float(eps), int(bias is not None),
                     dtype=x.dtype, config=config)
@@ -43,13 +44,15 @@ def layer_norm_backward(dy, x2, weight, mean, rstd, need_dw=True, need_db=True):
         dy2 = dy2.to(x2.dtype)
     dx = torch.empty((rows, n), dtype=x2.dtype, device=x2.device)
     device = x2.get_device()
-    programs, rows_per_program = persistent_grid(rows, device)
+    config = _bwd.select_config(device, n)
+    programs, rows_per_program = persistent_grid(rows, device,
+                                                 config.constexprs["PROGRAMS_PER_SM"])
     dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x2.device)
     db_partial = torch.empty((programs, n), dtype=torch.float32, device=x2.device)
     if rows and n:
         _bwd.launch((programs,), dx, dw_partial, db_partial, dy2, x2, weight, mean, rstd,
                     rows, n, row_stride(dx), row_stride(dy2), row_stride(x2), rows_per_program,
-                    dtype=x2.dtype, config=_bwd.select_config(device, n))
+                    dtype=x2.dtype, config=config)
     dw = dw_partial.sum(0).to(weight.dtype) if need_dw else None
     db = db_partial.sum(0).to(weight.dtype) if need_db else None
     return dx, dw, db

@@ -10,9 +10,8 @@ import torch
 from liger_aot.kernel_src.rms_norm import spec
 from liger_aot.runtime import Kernel
 
-from ._common import (backward_programs_per_sm, check_float, check_same_device,
-                      check_same_dtype, check_same_shape, persistent_grid, row_stride,
-                      rows_view)
+from ._common import (block_grid, check_float, check_same_device, check_same_dtype,
+                      check_same_shape, persistent_grid, row_stride, rows_view)
 
 _fwd = Kernel(spec.FWD)
 _bwd = Kernel(spec.BWD)
@@ -49,9 +48,9 @@ def _forward(x, weight, eps, offset, casting, residual=None):
         s = torch.empty((rows, n), dtype=x.dtype, device=x.device)
         has_residual = 1
     if rows and n:
-        config = _fwd.select_config(x2.get_device(), n, residual is not None)
-        block_m = config.constexprs["BLOCK_M"]
-        _fwd.launch(((rows + block_m - 1) // block_m,), y, x2, weight, rstd, rows, n,
+        device = x2.get_device()
+        config = _fwd.select_config(device, n, residual is not None)
+        _fwd.launch(block_grid(rows, device, config), y, x2, weight, rstd, rows, n,
                     row_stride(y), row_stride(x2), float(eps), float(offset),
                     s, r2, row_stride(s), row_stride(r2), has_residual,
                     dtype=x.dtype, config=config, options=(("CASTING", casting),))
@@ -81,14 +80,15 @@ def _backward(dy, s2, weight, rstd, offset, casting, dres=None, in_place=False,
     else:
         dx = torch.empty((rows, n), dtype=s2.dtype, device=s2.device)
     device = s2.get_device()
-    programs, rows_per_program = persistent_grid(rows, device, backward_programs_per_sm(n))
+    config = _bwd.select_config(device, n, has_dres)
+    programs, rows_per_program = persistent_grid(rows, device,
+                                                 config.constexprs["PROGRAMS_PER_SM"])
     dw_partial = torch.empty((programs, n), dtype=torch.float32, device=s2.device)
     if rows and n:
         _bwd.launch((programs,), dx, dw_partial, dy2, s2, weight, rstd, rows, n,
                     row_stride(dx), row_stride(dy2), row_stride(s2), float(offset),
                     rows_per_program, dres2, row_stride(dres2), int(has_dres),
-                    dtype=s2.dtype, config=_bwd.select_config(device, n, has_dres),
-                    options=(("CASTING", casting),))
+                    dtype=s2.dtype, config=config, options=(("CASTING", casting),))
     elif has_dres:
         dx.copy_(dres2)
     dw = None

@@ -4,6 +4,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from _op_helpers import apply_rotary as reference
 from _op_helpers import assert_compile_matches_eager, check_rope, rel_err, rope_grads
@@ -174,3 +175,281 @@ def test_rope_opcheck():
 
     torch.library.opcheck(rope_fwd_op, (q, k, cos, sin, 1, -1, -1))
     torch.library.opcheck(rope_bwd_op, (q.detach(), k.detach(), cos, sin, 1, -1, -1))
+
+
+# -- Hugging Face layout: one launch each way, no q/k-sized copies, gradients in q/k's strides
+# The HF call is q = proj(x).view(b, s, h, d).transpose(1, 2): dense, not contiguous. The op
+# must read and write it in place of a copy and hand back gradients with q's and k's strides
+# (AccumulateGrad steals those; a non-leaf q's transpose-back and view stay views).
+
+def hf_qk(batch, seq, n_q, n_k, dim, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(batch, seq, n_q, dim, generator=g).to(dtype).transpose(1, 2)
+    k = torch.randn(batch, seq, n_k, dim, generator=g).to(dtype).transpose(1, 2)
+    return q.requires_grad_(), k.requires_grad_()
+
+
+def same_layout(a, b):
+    """Equal strides on every dim longer than 1 (what AccumulateGrad compares)."""
+    return a.shape == b.shape and all(
+        x == y for n, x, y in zip(a.shape, a.stride(), b.stride()) if n > 1)
+
+
+def float64_grads(q, k, cos, sin, gq, gk):
+    q64, k64 = q.detach().double().requires_grad_(), k.detach().double().requires_grad_()
+    rq, rk = reference(q64, k64, cos.double(), sin.double())
+    torch.autograd.backward((rq, rk), (gq.double(), gk.double()))
+    return rq.detach(), rk.detach(), q64.grad, k64.grad
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("cot_layout", ["hf", "contiguous"])
+@pytest.mark.parametrize("seq,n_q,n_k,head_dim", [(13, 5, 3, 64), (9, 6, 1, 96)])
+def test_rope_hf_layout_fwd_bwd_float64(dtype, cot_layout, seq, n_q, n_k, head_dim):
+    batch = 2
+    q, k = hf_qk(batch, seq, n_q, n_k, head_dim, dtype)
+    cos, sin = hf_cos_sin(1, seq, head_dim, dtype)
+    qo, ko = liger_rotary_pos_emb(q, k, cos, sin)
+    assert same_layout(qo, q) and same_layout(ko, k)  # outputs keep the layout
+    g = torch.Generator().manual_seed(1)
+    gq, gk = (torch.randn(t.shape, generator=g).to(dtype) for t in (qo, ko))
+    if cot_layout == "hf":  # the layout attention's backward hands over
+        gq = gq.transpose(1, 2).contiguous().transpose(1, 2)
+        gk = gk.transpose(1, 2).contiguous().transpose(1, 2)
+    gq0, gk0 = gq.clone(), gk.clone()
+    dq, dk = torch.autograd.grad((qo, ko), (q, k), (gq, gk))
+    rq, rk, rdq, rdk = float64_grads(q, k, cos, sin, gq0, gk0)
+    tol = TOL[dtype]
+    assert rel_err(qo, rq) < tol and rel_err(ko, rk) < tol
+    assert rel_err(dq, rdq) < tol and rel_err(dk, rdk) < tol
+    assert same_layout(dq, q) and same_layout(dk, k)
+    assert dq.dtype == dtype and dk.dtype == dtype
+    assert torch.equal(gq, gq0) and torch.equal(gk, gk0)  # the caller's cotangents untouched
+
+
+class _AtenLog(TorchDispatchMode):
+    """Records every aten op with the largest numel among its tensor inputs and outputs; the
+    Triton interpreter's own tensor traffic inside a launch is not recorded (paused)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops, self.paused = [], False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if not self.paused:
+            flat = list(args) + list((kwargs or {}).values())
+            flat += list(out) if isinstance(out, (tuple, list)) else [out]
+            sizes = [t.numel() for t in flat if isinstance(t, torch.Tensor)]
+            self.ops.append((func.overloadpacket.__name__, max(sizes, default=0)))
+        return out
+
+
+# ops that only allocate or view: everything else on a q/k-sized tensor is a copy or math
+_NO_DATA_OPS = {"empty_like", "empty_strided", "empty", "new_empty", "new_empty_strided",
+                "detach", "alias", "view", "transpose", "t", "permute", "expand", "slice",
+                "select", "unsqueeze", "squeeze", "as_strided"}
+
+
+@pytest.fixture
+def traced(monkeypatch):
+    """(log, launches): aten ops recorded while log is active, and kernel launches."""
+    from liger_aot.ops import rope as rope_ops
+
+    log, launches = _AtenLog(), []
+    launch = rope_ops._rope.launch
+
+    def counted(*args, **kwargs):
+        launches.append(args[-1])  # the backward flag
+        log.paused = True
+        try:
+            return launch(*args, **kwargs)
+        finally:
+            log.paused = False
+
+    monkeypatch.setattr(rope_ops._rope, "launch", counted)
+    return log, launches
+
+
+def _data_ops(log, numel):
+    return [(name, n) for name, n in log.ops if n >= numel and name not in _NO_DATA_OPS]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", ["leaf_grad_hf_cot", "leaf_backward_contiguous_cot",
+                                  "projection_contiguous_cot", "sum"])
+def test_rope_hf_layout_no_copies(traced, dtype, case):
+    # one launch forward, one backward, and no q/k-sized op but allocations and views. The
+    # contiguous cotangents are what eager attention's matmul backward hands over: a gradient
+    # in their layout would be cloned by AccumulateGrad (leaf) or copied by the view's
+    # backward (projection); loss.sum() hands over an expanded scalar.
+    log, launches = traced
+    batch, seq, n_q, n_k, dim = 2, 11, 5, 3, 32
+    cos, sin = hf_cos_sin(1, seq, dim, dtype)
+    if case == "projection_contiguous_cot":
+        x = torch.randn(batch, seq, n_q * dim, dtype=dtype, requires_grad=True)
+        xk = torch.randn(batch, seq, n_k * dim, dtype=dtype, requires_grad=True)
+        q = x.view(batch, seq, n_q, dim).transpose(1, 2)
+        k = xk.view(batch, seq, n_k, dim).transpose(1, 2)
+        leaves = (x, xk)
+    else:
+        q, k = hf_qk(batch, seq, n_q, n_k, dim, dtype)
+        leaves = (q, k)
+    gq = torch.randn(q.shape, dtype=dtype)
+    gk = torch.randn(k.shape, dtype=dtype)
+    if case == "leaf_grad_hf_cot":
+        gq, gk = gq.transpose(1, 2).contiguous().transpose(1, 2), \
+            gk.transpose(1, 2).contiguous().transpose(1, 2)
+    small = min(q.numel(), k.numel())
+    with log:
+        qo, ko = liger_rotary_pos_emb(q, k, cos, sin)
+    assert launches == [0] and _data_ops(log, small) == [], log.ops
+    log.ops.clear()
+    with log:
+        if case == "leaf_grad_hf_cot":
+            grads = torch.autograd.grad((qo, ko), leaves, (gq, gk))
+        elif case == "sum":
+            (qo.sum() + ko.sum()).backward()
+            grads = tuple(t.grad for t in leaves)
+        else:
+            torch.autograd.backward((qo, ko), (gq, gk))
+            grads = tuple(t.grad for t in leaves)
+    assert launches == [0, 1], launches
+    # loss.sum() itself reduces qo and ko; everything else must be free
+    allowed = {"sum", "add"} if case == "sum" else set()
+    assert [op for op in _data_ops(log, small) if op[0] not in allowed] == [], log.ops
+    for t, gr in zip(leaves, grads):
+        assert same_layout(gr, t)
+    if case == "sum":
+        gq, gk = torch.ones_like(qo), torch.ones_like(ko)
+    if case != "projection_contiguous_cot":
+        _, _, rdq, rdk = float64_grads(q, k, cos, sin, gq, gk)
+        assert rel_err(grads[0], rdq) < TOL[dtype] and rel_err(grads[1], rdk) < TOL[dtype]
+
+
+def _check_grads(q, k, cos, sin, gq, gk, tol=1e-5):
+    _, _, rdq, rdk = float64_grads(q, k, cos, sin, gq, gk)
+    assert rel_err(q.grad, rdq) < tol and rel_err(k.grad, rdk) < tol
+
+
+def _hf_randn(like):
+    """Standard normals in HF's layout (like's)."""
+    b, h, s, d = like.shape
+    return torch.randn(b, s, h, d, dtype=like.dtype).transpose(1, 2)
+
+
+def test_rope_backward_never_overwrites_shared_gradients():
+    # gradients someone else can still read are never written over (all of them come in q's
+    # layout): the caller's cotangent, one a hook kept, one autograd hands to two consumers,
+    # create_graph
+    torch.manual_seed(7)
+    cos, sin = hf_cos_sin(1, 5, 16, torch.float32)
+
+    def run():
+        q, k = hf_qk(2, 5, 3, 1, 16, torch.float32, seed=int(torch.randint(100, ())))
+        return (q, k) + liger_rotary_pos_emb(q, k, cos, sin)
+
+    # the caller's cotangents: backward(gradient=...) and autograd.grad
+    q, k, qo, ko = run()
+    gq, gk = _hf_randn(qo), _hf_randn(ko)
+    gq0, gk0 = gq.clone(), gk.clone()
+    torch.autograd.backward((qo, ko), (gq, gk))
+    assert torch.equal(gq, gq0) and torch.equal(gk, gk0)
+    _check_grads(q, k, cos, sin, gq0, gk0)
+    q, k, qo, ko = run()
+    dq, dk = torch.autograd.grad((qo, ko), (q, k), (gq, gk))
+    assert torch.equal(gq, gq0) and torch.equal(gk, gk0)
+    assert dq.data_ptr() != gq.data_ptr() and dk.data_ptr() != gk.data_ptr()
+
+    # a slice of the caller's cotangent: cat's backward hands over views of it
+    q, k, qo, ko = run()
+    cot = torch.randn(4, 5, 3, 16).transpose(1, 2)  # HF layout, twice the batch
+    cot0 = cot.clone()
+    torch.autograd.backward((torch.cat([qo, qo.detach()]), ko), (cot, torch.ones_like(ko)))
+    assert torch.equal(cot, cot0)
+    _check_grads(q, k, cos, sin, cot0[:2], torch.ones_like(ko))
+
+    # a hook that keeps the gradient it sees
+    q, k, qo, ko = run()
+    kept = []
+    qo.register_hook(lambda g: kept.append((g, g.clone())))
+    w, wk = _hf_randn(qo), _hf_randn(ko)
+    ((qo * w).sum() + (ko * wk).sum()).backward()
+    assert torch.equal(kept[0][0], kept[0][1])
+    _check_grads(q, k, cos, sin, w, wk)
+
+    # one gradient for two consumers: (qo + z) * w hands the same tensor to qo and z; z a
+    # leaf, or a non-leaf made before the op, whose backward then runs after the op's
+    for z_leaf in (True, False):
+        z0 = torch.randn(2, 5, 3, 16).transpose(1, 2).requires_grad_()
+        z = z0 if z_leaf else z0 * 1.0
+        q, k, qo, ko = run()
+        w, wk = _hf_randn(qo), _hf_randn(ko)
+        ((qo + z) * w).sum().add((ko * wk).sum()).backward()
+        _check_grads(q, k, cos, sin, w, wk)
+        assert torch.equal(z0.grad, w)
+
+    # the same gradient for qo and ko (equal shapes): qo + ko
+    q, k = hf_qk(2, 5, 2, 2, 16, torch.float32, seed=3)
+    qo, ko = liger_rotary_pos_emb(q, k, cos, sin)
+    w = _hf_randn(qo)
+    ((qo + ko) * w).sum().backward()
+    _check_grads(q, k, cos, sin, w, w)
+
+    # qo used twice: the two gradients are summed first (that sum is private)
+    q, k, qo, ko = run()
+    w, wk = _hf_randn(qo), _hf_randn(ko)
+    ((qo * w).sum() + (qo * 2.0 * w).sum() + (ko * wk).sum()).backward()
+    _check_grads(q, k, cos, sin, 3.0 * w, wk)
+
+    # create_graph: the backward runs in grad mode (its gradients may be part of a graph)
+    q, k, qo, ko = run()
+    w, wk = _hf_randn(qo), _hf_randn(ko)
+    dq, dk = torch.autograd.grad((qo * w).sum() + (ko * wk).sum(), (q, k), create_graph=True)
+    _, _, rdq, rdk = float64_grads(q, k, cos, sin, w, wk)
+    assert rel_err(dq, rdq) < 1e-5 and rel_err(dk, rdk) < 1e-5
+
+    # retain_graph: a second backward through the same graph gets the same gradients
+    q, k, qo, ko = run()
+    w, wk = _hf_randn(qo), _hf_randn(ko)
+    loss = (qo * w).sum() + (ko * wk).sum()
+    loss.backward(retain_graph=True)
+    first = q.grad.clone(), k.grad.clone()
+    q.grad = k.grad = None
+    loss.backward()
+    assert torch.equal(q.grad, first[0]) and torch.equal(k.grad, first[1])
+    _check_grads(q, k, cos, sin, w, wk)
+
+
+def test_rope_fused_qkv_slices_keep_head_order():
+    # q and k as head slices of one fused projection (not dense): outputs and gradients are
+    # dense in the same (batch, seq, heads) order, so the transpose-back stays a view
+    torch.manual_seed(8)
+    batch, seq, n_q, n_k, dim = 2, 6, 4, 2, 32
+    x = torch.randn(batch, seq, (n_q + 2 * n_k) * dim, requires_grad=True)
+    q = x[..., :n_q * dim].view(batch, seq, n_q, dim).transpose(1, 2)
+    k = x[..., n_q * dim:(n_q + n_k) * dim].view(batch, seq, n_k, dim).transpose(1, 2)
+    cos, sin = hf_cos_sin(1, seq, dim, torch.float32)
+    qo, ko = liger_rotary_pos_emb(q, k, cos, sin)
+    assert qo.transpose(1, 2).is_contiguous() and ko.transpose(1, 2).is_contiguous()
+    w, wk = torch.randn(qo.shape), torch.randn(ko.shape)
+    ((qo * w).sum() + (ko * wk).sum()).backward()
+    x64 = x.detach().double().requires_grad_()
+    q64 = x64[..., :n_q * dim].view(batch, seq, n_q, dim).transpose(1, 2)
+    k64 = x64[..., n_q * dim:(n_q + n_k) * dim].view(batch, seq, n_k, dim).transpose(1, 2)
+    rq, rk = reference(q64, k64, cos.double(), sin.double())
+    ((rq * w.double()).sum() + (rk * wk.double()).sum()).backward()
+    assert rel_err(qo, rq) < 1e-5 and rel_err(ko, rk) < 1e-5
+    assert rel_err(x.grad, x64.grad) < 1e-5
+
+
+def test_rope_only_k_used_hf_layout():
+    # only ko takes a gradient: k's adjoint runs alone, q gets none
+    q, k = hf_qk(2, 5, 3, 2, 16, torch.float32)
+    cos, sin = hf_cos_sin(1, 5, 16, torch.float32)
+    qo, ko = liger_rotary_pos_emb(q, k, cos, sin)
+    wk = torch.randn(ko.shape)
+    (ko * wk).sum().backward()
+    assert q.grad is None and same_layout(k.grad, k)
+    _, _, _, rdk = float64_grads(q, k, cos, sin, torch.zeros(q.shape), wk)
+    assert rel_err(k.grad, rdk) < 1e-5

@@ -11,17 +11,72 @@ import torch
 from liger_aot.kernel_src.rope import spec
 from liger_aot.runtime import Kernel
 
-from ._common import check_float, check_same_device, check_same_dtype, last_dim_contiguous
+from ._common import SUPPORTED_DTYPES, check_float, check_same_device, check_same_dtype
 
 _rope = Kernel(spec.ROPE)
 
 
-def _bhs_strides(t, unsqueeze_dim):
-    """(batch, head, seq) element strides of a 4-D tensor laid out per unsqueeze_dim."""
-    if unsqueeze_dim == 1:  # (batch, heads, seq, head_dim)
-        return t.stride(0), t.stride(1), t.stride(2)
-    return t.stride(0), t.stride(2), t.stride(1)  # (batch, seq, heads, head_dim)
+# -- layouts -------------------------------------------------------------------------------
+# Hugging Face hands q and k over as x.view(b, s, heads, d).transpose(1, 2): dense but not
+# contiguous. Outputs take the input's layout, and gradients the layout of q/k themselves
+# (whatever layout the incoming gradient has): AccumulateGrad then steals a leaf's gradient
+# instead of cloning it into the leaf's strides, and in a model the transpose-back and view of
+# the projection's gradient stay views instead of a reshape copy. Nothing here copies a q/k
+# sized tensor except when a last dim is not contiguous (the kernel needs unit stride there).
 
+def _unit_last(t):
+    """t with a unit-stride last dim: t itself when it has one; else a copy, in which
+    broadcast (stride 0) leading dims stay broadcast (an expanded gradient such as loss.sum()'s
+    costs one row, not a full tensor)."""
+    if t.dim() == 0 or t.shape[-1] <= 1 or t.stride(-1) == 1:
+        return t
+    sizes, strides = t.shape, t.stride()
+    if all(strides[i] or sizes[i] == 1 for i in range(t.dim() - 1)):
+        return t.contiguous()
+    rows = tuple(slice(0, 1) if strides[i] == 0 else slice(None) for i in range(t.dim() - 1))
+    return t[rows].contiguous().expand(sizes)
+
+
+def _dense_strides(shape, strides):
+    """Strides of a dense tensor of `shape` whose dims lie in memory in the order `strides`
+    gives them (innermost = smallest stride; ties: the later dim inner)."""
+    out, step = [0] * len(shape), 1
+    for i in sorted(range(len(shape)), key=lambda i: (strides[i], -i)):
+        out[i] = step
+        step *= max(shape[i], 1)
+    return tuple(out)
+
+
+def _out(x):
+    """A new tensor shaped like x (last dim unit-stride) in x's layout: x's own strides when x
+    is dense (empty_like keeps them), else dense in x's dim order (x a head slice of a fused
+    qkv projection, say), or contiguous when x has broadcast dims."""
+    out = torch.empty_like(x)
+    strides = x.stride()
+    if out.stride() != strides and x.numel() > 1:  # x is not dense
+        if 0 not in strides:
+            dense = _dense_strides(x.shape, strides)
+            if dense != out.stride() and dense[-1] == 1:
+                out = torch.empty_strided(x.shape, dense, dtype=x.dtype, device=x.device)
+        if out.shape[-1] > 1 and out.stride(-1) != 1:
+            out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    return out
+
+
+def _contiguous_strides(shape):
+    return _dense_strides(shape, tuple(range(len(shape), 0, -1)))
+
+
+def _grad_strides(x, xo):
+    """The strides to give x's gradient: xo's (x's own when x is dense with a unit last dim).
+    A leaf that is not dense gets a contiguous gradient: what AccumulateGrad keeps as is."""
+    strides = xo.stride()
+    if strides != x.stride() and x.is_leaf and x.requires_grad:
+        return _contiguous_strides(x.shape)
+    return strides
+
+
+# -- the launch ----------------------------------------------------------------------------
 
 def _cos_strides(c):
     """(batch, seq, plane) strides of cos/sin shaped (seq, dim), (1 | batch, seq, dim) or, for
@@ -33,54 +88,78 @@ def _cos_strides(c):
     return c.stride(0), c.stride(1), 0
 
 
-def _like(x):
-    """An output with x's strides when x is dense (so a transposed HF q stays coalesced)."""
-    out = torch.empty_like(x)
-    if out.dim() and out.shape[-1] > 1 and out.stride(-1) != 1:
-        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    return out
-
-
-def _launch(qo, ko, q, k, cos, sin, unsqueeze_dim, sections, backward):
-    """Writes rope(q) to qo and rope(k) to ko (the adjoint when backward). k/ko may be None.
-    sections: (sec0, sec1) half-dim column bounds of the M-RoPE planes, or None."""
+def _plan(q, k, cos, sin, unsqueeze_dim, sections):
+    """Everything of a launch but the tensors and the q/k strides, worked out once per call
+    (the backward reuses the forward's): (grid, config, dtype, seq, half, tail,
+    unsqueeze_dim), or None when there is nothing to compute. sections: (sec0, sec1) half-dim
+    column bounds of the M-RoPE planes, or None."""
     if unsqueeze_dim == 1:
         batch, n_q, seq, dim = q.shape
+        n_k = k.shape[1]
     else:
         batch, seq, n_q, dim = q.shape
-    n_k = 0
-    if k is not None:
-        n_k = k.shape[1] if unsqueeze_dim == 1 else k.shape[2]
-    else:
-        k, ko = q, qo  # placeholders, never read: zero k heads
+        n_k = k.shape[2]
     if batch * seq == 0 or dim == 0 or n_q + n_k == 0:
-        return
+        return None
     half = dim // 2
     sec0, sec1 = sections if sections is not None else (half, half)
     cb, cs, cp = _cos_strides(cos)
     sb, ss, sp = _cos_strides(sin)
     config = _rope.select_config(q.get_device(), half)
-    _rope.launch((batch * seq,), qo, ko, q, k, cos, sin, seq, n_q, n_k, half,
-                 *_bhs_strides(qo, unsqueeze_dim), *_bhs_strides(q, unsqueeze_dim),
-                 *_bhs_strides(ko, unsqueeze_dim), *_bhs_strides(k, unsqueeze_dim),
-                 cb, cs, sb, ss, cp, sp, sec0, sec1, int(backward),
-                 dtype=q.dtype, config=config)
+    return ((batch * seq,), config, q.dtype, seq, half, (cb, cs, sb, ss, cp, sp, sec0, sec1),
+            unsqueeze_dim)
+
+
+def _run(plan, cos, sin, qo, ko, q, k, n_q, n_k, backward):
+    """One launch: rope(q) -> qo and rope(k) -> ko, or their adjoints when backward. With
+    n_k == 0, k/ko are placeholders (pass q/qo) and are never read."""
+    grid, config, dtype, seq, half, tail, unsqueeze_dim = plan
+    if n_q + n_k == 0:
+        return
+    a, b, c, d = qo.stride(), q.stride(), ko.stride(), k.stride()
+    if unsqueeze_dim == 1:  # (batch, heads, seq, head_dim): strides in (b, h, s) order as is
+        _rope.launch(grid, qo, ko, q, k, cos, sin, seq, n_q, n_k, half,
+                     a[0], a[1], a[2], b[0], b[1], b[2], c[0], c[1], c[2], d[0], d[1], d[2],
+                     *tail, backward, dtype=dtype, config=config)
+    else:  # (batch, seq, heads, head_dim)
+        _rope.launch(grid, qo, ko, q, k, cos, sin, seq, n_q, n_k, half,
+                     a[0], a[2], a[1], b[0], b[2], b[1], c[0], c[2], c[1], d[0], d[2], d[1],
+                     *tail, backward, dtype=dtype, config=config)
+
+
+def _heads(t, unsqueeze_dim):
+    return t.shape[1] if unsqueeze_dim == 1 else t.shape[2]
+
+
+def _launch(qo, ko, q, k, cos, sin, unsqueeze_dim, sections, backward):
+    """Writes rope(q) to qo and rope(k) to ko (the adjoint when backward). k/ko may be None.
+    sections: (sec0, sec1) half-dim column bounds of the M-RoPE planes, or None."""
+    n_k = 0 if k is None else _heads(k, unsqueeze_dim)
+    if k is None:
+        k, ko = q, qo  # placeholders, never read: zero k heads
+    plan = _plan(q, k, cos, sin, unsqueeze_dim, sections)
+    if plan is not None:
+        _run(plan, cos, sin, qo, ko, q, k, _heads(q, unsqueeze_dim), n_k, int(backward))
 
 
 def rope_forward(q, k, cos, sin, unsqueeze_dim, sections=None):
-    q = last_dim_contiguous(q)
-    k = last_dim_contiguous(k)
-    qo, ko = _like(q), _like(k)
+    q = _unit_last(q)
+    k = _unit_last(k)
+    qo, ko = _out(q), _out(k)
     _launch(qo, ko, q, k, cos, sin, unsqueeze_dim, sections, backward=False)
     return qo, ko
 
 
 def rope_backward(dqo, dko, cos, sin, unsqueeze_dim, dtype, sections=None):
-    """Gradients of q and k; a None output gradient gives a None input gradient."""
+    """Gradients of q and k, each in its output gradient's layout; a None output gradient
+    gives a None input gradient. (The eager path, RoPEFunction, writes them in q's and k's
+    layouts instead, see _input_grad.)"""
     grads = []
     for g in (dqo, dko):
         if g is not None:
-            g = last_dim_contiguous(g.to(dtype))
+            if g.dtype != dtype:
+                g = g.to(dtype)
+            g = _unit_last(g)
         grads.append(g)
     dqo, dko = grads
     if dqo is None:
@@ -89,25 +168,64 @@ def rope_backward(dqo, dko, cos, sin, unsqueeze_dim, dtype, sections=None):
         swapped = False
     if dqo is None:
         return None, None
-    dq = _like(dqo)
-    dk = _like(dko) if dko is not None else None
+    dq = _out(dqo)
+    dk = _out(dko) if dko is not None else None
     _launch(dq, dk, dqo, dko, cos, sin, unsqueeze_dim, sections, backward=True)
     return (dk, dq) if swapped else (dq, dk)
+
+
+# -- the backward's buffers ----------------------------------------------------------------
+# The adjoint reads each element once and writes it once in the same program, so it could run
+# in place over the incoming gradient; deciding that the gradient autograd hands over is
+# private takes reference counting through private torch APIs, so the backward only reuses a
+# buffer it made itself (a dtype or layout conversion) and otherwise writes a new one.
+
+def _input_grad(g, private, shape, strides, dtype):
+    """(g as the kernel reads it, the buffer for the input gradient: g itself when that is
+    allowed and g already has the gradient's strides, else a new one with them)."""
+    if g.dtype != dtype:
+        g, private = g.to(dtype), True  # a fresh tensor of our own
+    if g.stride(-1) != 1 and g.shape[-1] > 1:
+        g = _unit_last(g)
+        private = private or g._base is None  # a full copy of our own (not a broadcast view)
+    if g.stride() == strides:
+        return g, (g if private else torch.empty_like(g))
+    return g, torch.empty_strided(shape, strides, dtype=dtype, device=g.device)
 
 
 class RoPEFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, cos, sin, unsqueeze_dim, sections=None):
         ctx.set_materialize_grads(False)  # an unused output's gradient stays None
-        qo, ko = rope_forward(q, k, cos, sin, unsqueeze_dim, sections)
+        q2, k2 = _unit_last(q), _unit_last(k)
+        qo, ko = _out(q2), _out(k2)
+        plan = _plan(q2, k2, cos, sin, unsqueeze_dim, sections)
+        n_q, n_k = _heads(q, unsqueeze_dim), _heads(k, unsqueeze_dim)
+        if plan is not None:
+            _run(plan, cos, sin, qo, ko, q2, k2, n_q, n_k, 0)
         ctx.save_for_backward(cos, sin)
-        ctx.unsqueeze_dim, ctx.dtype, ctx.sections = unsqueeze_dim, q.dtype, sections
+        ctx.plan, ctx.n_q, ctx.n_k = plan, n_q, n_k
+        ctx.q_meta = (q.shape, _grad_strides(q, qo), q.dtype)
+        ctx.k_meta = (k.shape, _grad_strides(k, ko), k.dtype)
         return qo, ko
 
     @staticmethod
     def backward(ctx, dqo, dko):
         cos, sin = ctx.saved_tensors
-        dq, dk = rope_backward(dqo, dko, cos, sin, ctx.unsqueeze_dim, ctx.dtype, ctx.sections)
+        plan = ctx.plan
+        dq = dk = None
+        if dqo is not None:
+            dqo, dq = _input_grad(dqo, False, *ctx.q_meta)
+        if dko is not None:
+            dko, dk = _input_grad(dko, False, *ctx.k_meta)
+        if plan is None or (dq is None and dk is None):  # nothing to compute
+            pass
+        elif dq is None:  # only k has a gradient: it takes q's slot, no k heads
+            _run(plan, cos, sin, dk, dk, dko, dko, ctx.n_k, 0, 1)
+        elif dk is None:
+            _run(plan, cos, sin, dq, dq, dqo, dqo, ctx.n_q, 0, 1)
+        else:
+            _run(plan, cos, sin, dq, dk, dqo, dko, ctx.n_q, ctx.n_k, 1)
         return dq, dk, None, None, None, None
 
 
@@ -118,7 +236,7 @@ def _sections(sec0, sec1):
 
 
 def _fake_out(x):
-    return _like(last_dim_contiguous(x))
+    return _out(_unit_last(x))
 
 
 @torch.library.custom_op("liger_aot::rope_fwd", mutates_args=())
@@ -169,8 +287,8 @@ rope_fwd_op.register_autograd(_backward, setup_context=_setup_context)
 
 def apply_rope(q, k, cos, sin, unsqueeze_dim, sections):
     """Validated inputs -> (q_embed, k_embed) on the eager or the torch.compile path."""
-    cos = last_dim_contiguous(cos)
-    sin = last_dim_contiguous(sin)
+    cos = _unit_last(cos)
+    sin = _unit_last(sin)
     if torch.compiler.is_compiling():
         sec0, sec1 = sections if sections is not None else (-1, -1)
         return rope_fwd_op(q, k, cos, sin, unsqueeze_dim, sec0, sec1)
@@ -179,10 +297,17 @@ def apply_rope(q, k, cos, sin, unsqueeze_dim, sections):
 
 def check_qk(q, k, cos, sin, unsqueeze_dim):
     """Common checks of q, k, cos, sin; returns (batch, seq, head_dim)."""
-    for name, t in (("q", q), ("k", k), ("cos", cos), ("sin", sin)):
-        check_float(name, t)
-    check_same_device(q=q, k=k, cos=cos, sin=sin)
-    check_same_dtype(q=q, k=k, cos=cos, sin=sin)
+    # the usual case in one expression (host time is much of this op's cost at HF's shapes);
+    # anything else goes through the checks that name what is wrong
+    T = torch.Tensor
+    if not (isinstance(q, T) and isinstance(k, T) and isinstance(cos, T) and isinstance(sin, T)
+            and q.dtype in SUPPORTED_DTYPES and k.dtype == q.dtype and cos.dtype == q.dtype
+            and sin.dtype == q.dtype and k.device == q.device and cos.device == q.device
+            and sin.device == q.device):
+        for name, t in (("q", q), ("k", k), ("cos", cos), ("sin", sin)):
+            check_float(name, t)
+        check_same_device(q=q, k=k, cos=cos, sin=sin)
+        check_same_dtype(q=q, k=k, cos=cos, sin=sin)
     if unsqueeze_dim not in (1, 2):
         raise ValueError(f"unsqueeze_dim must be 1 (q is batch, heads, seq, head_dim) or 2 "
                          f"(q is batch, seq, heads, head_dim), got {unsqueeze_dim!r}")

@@ -3,13 +3,16 @@ import os
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import math
+import weakref
 
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 import liger_aot.ops.fused_linear_cross_entropy as flce_module
-from liger_aot.ops.cross_entropy import CrossEntropyOutput
+from liger_aot.ops.cross_entropy import CrossEntropyOutput, scale_grad
 from liger_aot.ops.fused_linear_cross_entropy import (chunk_rows, fused_linear_cross_entropy,
                                                       fused_linear_cross_entropy_bwd_op,
                                                       fused_linear_cross_entropy_fwd_op,
@@ -203,6 +206,7 @@ def test_flce_autocast_fp32_master_weights():
 
 
 def test_flce_chunk_rows(monkeypatch):
+    # without a hidden size: CHUNK_BYTES only
     assert chunk_rows(10, 100, 2, 4) == 4
     assert chunk_rows(3, 100, 2, 4) == 3
     assert chunk_rows(100000, 262144, 2) == 2048  # 1 GiB of bf16 logits
@@ -217,6 +221,200 @@ def test_flce_chunk_rows(monkeypatch):
     monkeypatch.setattr(flce_module, "CHUNK_BYTES", 2 * 50 * 4)
     x, w, target, b = make(7, 8, 50, torch.float32, seed=10, bias=True)
     check(x, w, target, b, label_smoothing=0.1)
+
+
+GIB = 1 << 30
+
+
+def liger_kernel_rows(n_rows, vocab, hidden):
+    """Liger-Kernel 0.8.5's rows per chunk (its default chunk_mem_const 1)."""
+    inc = -(-vocab // hidden)
+    return min(1 << (-(-n_rows // inc) - 1).bit_length(), n_rows)
+
+
+@pytest.mark.parametrize("name, n_rows, vocab, hidden, rows, max_gib", [
+    # kernel benchmark and Llama-3-8B shapes (4 x 2048): the speed target's 2 x 4096
+    ("llama3_8b", 8192, 128256, 4096, 4096, 1.0),
+    # Qwen2.5-0.5B shapes, 8 x 2048: the step absorbs ~0.10 GiB of chunk (perf notes: 1 GiB
+    # chunks, 0.93 GiB, put the step 0.83 GiB above Liger-Kernel's)
+    ("qwen2_5_0_5b", 16384, 151936, 896, 192, 0.06),
+    # Gemma-2-2B shapes, 4 x 2048: absorbs ~0.72 GiB (0.98 GiB chunks: +0.26)
+    ("gemma2_2b", 8192, 256000, 2304, 1184, 0.6),
+])
+def test_flce_chunk_policy_model_shapes(name, n_rows, vocab, hidden, rows, max_gib):
+    got = chunk_rows(n_rows, vocab, 2, hidden=hidden)
+    assert got == rows, name
+    assert got * vocab * 2 <= max_gib * GIB, name
+    assert got >= liger_kernel_rows(n_rows, vocab, hidden), name  # never below Liger's chunk
+    assert got % 16 == 0
+    chunks = -(-n_rows // got)
+    assert n_rows - (chunks - 1) * got > 0  # the fewest chunks of that size, none empty
+
+
+def test_flce_chunk_policy_bounds():
+    # hidden**2 / 4096 rows: grows with the hidden size, capped at CHUNK_BYTES of logits
+    assert chunk_rows(8192, 128256, 2, hidden=8192) == 4096
+    assert chunk_rows(100000, 262144, 2, hidden=8192) == 2048
+    assert chunk_rows(8192, 152064, 2, hidden=3584) == 2736  # 3136 rows at most: 3 chunks
+    # never below Liger-Kernel's chunk (about x's bytes of logits): small hidden, many tokens
+    assert chunk_rows(65536, 32000, 2, hidden=512) == liger_kernel_rows(65536, 32000, 512)
+    # never below MIN_CHUNK_BYTES of logits: small problems stay in one chunk
+    assert chunk_rows(128, 512, 2, hidden=64) == 128
+    assert chunk_rows(13, 70, 4, hidden=24) == 13
+    # chunk_size wins
+    assert chunk_rows(16384, 151936, 2, 4096, hidden=896) == 4096
+    for n_rows, vocab, hidden in ((100000, 128256, 4096), (5000, 151936, 896),
+                                  (12345, 256000, 2304), (777, 32000, 1024)):
+        rows = chunk_rows(n_rows, vocab, 2, hidden=hidden)
+        assert rows * vocab * 2 <= flce_module.CHUNK_BYTES
+        assert rows == n_rows or rows % 16 == 0
+
+
+def test_flce_automatic_chunks_use_the_hidden_size(monkeypatch):
+    # the forward sizes its chunks from x's hidden size: 40 rows, hidden 8, vocab 50 -> the
+    # Liger-sized floor of 8 rows (no hidden**2 or byte floor) -> 5 chunks
+    monkeypatch.setattr(flce_module, "MIN_CHUNK_BYTES", 0)
+    calls = []
+    original = flce_module._chunk_logits
+    monkeypatch.setattr(flce_module, "_chunk_logits",
+                        lambda x, *a: calls.append(x.shape[0]) or original(x, *a))
+    x, w, target, b = make(40, 8, 50, torch.float32, seed=18, bias=True)
+    check(x, w, target, b, label_smoothing=0.1)
+    assert calls == [8] * 5
+    calls.clear()
+    check(x, w, target, b, reduction="none")  # forward, then the recomputing backward
+    assert calls == [8] * 10
+
+
+# --- memory: every buffer the op allocates, by dtype, size and lifetime ---------------------
+
+class _Allocations(TorchDispatchMode):
+    """Records each new storage an aten op returns (op, dtype, shape, bytes), the live total
+    and its peak. Storages of `known` tensors (inputs) are not counted."""
+
+    def __init__(self, *known):
+        super().__init__()
+        self.seen = weakref.WeakSet(t.untyped_storage() for t in known)
+        self.events = []  # (phase, op, dtype, shape, data_ptr)
+        self.live = self.peak = 0
+        self.phase = "forward"
+
+    def _free(self, n):
+        self.live -= n
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if not isinstance(t, torch.Tensor):
+                continue
+            s = t.untyped_storage()
+            if s in self.seen or s.nbytes() == 0:
+                continue
+            self.seen.add(s)
+            self.live += s.nbytes()
+            self.peak = max(self.peak, self.live)
+            weakref.finalize(s, self._free, s.nbytes())
+            self.events.append((self.phase, func.overloadpacket.__name__, t.dtype,
+                                tuple(t.shape), s.data_ptr()))
+        return out
+
+    def large(self, phase, min_numel):
+        return [(op, dt, shape, ptr) for ph, op, dt, shape, ptr in self.events
+                if ph == phase and math.prod(shape) >= min_numel]
+
+
+def _flush_interpreter():
+    # Triton's interpreter keeps the arguments of its last launch referenced until the next
+    # one; the AOT launcher keeps none. A launch on a scratch tensor releases them.
+    scale_grad(torch.zeros(16), torch.ones(()), False, True)
+
+
+def test_flce_bf16_buffers_and_no_fp32_by_default():
+    # bf16, reduction mean, bias, default accum_dtype: the op allocates grad_x (BT, H),
+    # grad_W (V, H), grad_b (V,) and one (C, V) logits buffer per chunk (+ one (V,) bias row
+    # sum per chunk), all bf16, plus fp32 per-row buffers; nothing fp32 of more than BT
+    # elements (a (V, H) or (C, V) fp32 buffer would cost 2x its bf16 size), nothing in the
+    # backward (the stored gradients are returned as they are and stolen by the .grad fields)
+    bt, h, v, c = 40, 16, 96, 16
+    x, w, target, b = make(bt, h, v, torch.bfloat16, seed=19, bias=True)
+    xs, ws, bs = (t.clone().requires_grad_() for t in (x, w, b))
+    with _Allocations(xs, ws, bs, target) as mem:
+        loss = fused_linear_cross_entropy(xs, ws, target, bs, chunk_size=c)
+        mem.phase = "backward"
+        loss.backward()
+    fwd = mem.large("forward", bt + 1)
+    kinds = sorted((op, str(dt), shape) for op, dt, shape, _ in fwd)
+    assert kinds == sorted(
+        [("empty", "torch.bfloat16", (bt, h)), ("empty", "torch.bfloat16", (v, h)),
+         ("empty", "torch.bfloat16", (v,))]
+        + [("addmm", "torch.bfloat16", (n, v)) for n in (c, c, bt - 2 * c)]
+        + [("sum", "torch.bfloat16", (v,))] * 3), kinds
+    assert not [e for e in fwd if e[1] == torch.float32], "an fp32 buffer beyond per-row ones"
+    assert mem.large("backward", bt + 1) == [], "the backward copied a gradient"
+    owner = {shape: ptr for op, _, shape, ptr in fwd if op == "empty"}
+    assert xs.grad.data_ptr() == owner[(bt, h)]  # grad_x: the forward's buffer, not a copy
+    assert ws.grad.data_ptr() == owner[(v, h)]
+    assert bs.grad.data_ptr() == owner[(v,)]
+    assert ws.grad.dtype == torch.bfloat16
+    assert rel_err(loss, reference(x, w, target, b)[0]) < 5e-3
+
+
+def test_flce_fp32_accumulator_only_when_asked():
+    bt, h, v = 40, 16, 96
+    x, w, target, _ = make(bt, h, v, torch.bfloat16, seed=20)
+    xs, ws = (t.clone().requires_grad_() for t in (x, w))
+    with _Allocations(xs, ws, target) as mem:
+        fused_linear_cross_entropy(xs, ws, target, chunk_size=16,
+                                   accum_dtype=torch.float32).backward()
+    fp32 = [(op, shape) for op, dt, shape, _ in mem.large("forward", bt + 1)
+            if dt == torch.float32]
+    assert fp32 and all(shape == (v, h) for _, shape in fp32)
+    assert ws.grad.dtype == torch.bfloat16
+
+
+def test_flce_peak_is_one_chunk_over_the_gradients(monkeypatch):
+    # live memory during forward + backward: grad_x + grad_W + one chunk's logits (+ per-row
+    # buffers), i.e. each chunk's logits are freed before the next chunk's are allocated
+    bt, h, v, c = 40, 16, 96, 16
+    launch = flce_module.launch_rows
+
+    def launch_and_release(*args):
+        launch(*args)
+        _flush_interpreter()
+
+    monkeypatch.setattr(flce_module, "launch_rows", launch_and_release)
+    x, w, target, _ = make(bt, h, v, torch.bfloat16, seed=21)
+    xs, ws = (t.clone().requires_grad_() for t in (x, w))
+    with _Allocations(xs, ws, target) as mem:
+        fused_linear_cross_entropy(xs, ws, target, chunk_size=c).backward()
+    grads = (bt * h + v * h) * 2
+    per_row = bt * 8 + 64  # fp32 loss rows, the ignore mask, scalars
+    assert grads + c * v * 2 <= mem.peak <= grads + c * v * 2 + per_row, mem.peak
+
+
+def test_flce_tied_weight_gradient_accumulates_in_place(monkeypatch):
+    # tied embeddings: the lm_head weight is the embedding's. Autograd adds the embedding's
+    # (V, H) gradient into the one this op returns, in place (no third (V, H) buffer) when
+    # nothing else references it or its storage. On the CPU, Triton's interpreter asks every
+    # argument for its untyped_storage(), which alone makes autograd's in-place check fail
+    # (it then adds out of place), so the backward scale runs here as torch's in-place
+    # multiply, like the AOT launcher, which only reads data_ptr().
+    monkeypatch.setattr(flce_module, "scale_grad",
+                        lambda grad, go, per_row, in_place: grad.mul_(go))
+    buffers = []
+    grad_buffers = flce_module._grad_buffers
+    monkeypatch.setattr(flce_module, "_grad_buffers",
+                        lambda *a: buffers.append(grad_buffers(*a)) or buffers[-1])
+    bt, h, v = 40, 16, 96
+    torch.manual_seed(22)
+    emb = torch.nn.Parameter((torch.randn(v, h) / h ** 0.5).bfloat16())
+    ids = torch.randint(0, v, (bt,))
+    target = torch.randint(0, v, (bt,))
+    loss = fused_linear_cross_entropy(F.embedding(ids, emb) * 2.0, emb, target, chunk_size=16)
+    dw_ptr = buffers[0][1].data_ptr()
+    buffers.clear()  # the test's own reference would also force a copy
+    loss.backward()
+    assert emb.grad.data_ptr() == dw_ptr and emb.grad.dtype == torch.bfloat16
 
 
 def test_flce_z_loss_and_token_accuracy():

@@ -1,6 +1,7 @@
 """Fused linear cross entropy: CE(x @ W^T + b) without materializing the (tokens, V) logits.
 
-Tokens are processed in chunks of rows (CHUNK_BYTES of logits at most, or chunk_size rows).
+Tokens are processed in chunks of rows (chunk_rows: a budget that grows with the hidden size,
+CHUNK_BYTES of logits at most; or chunk_size rows).
 Per chunk: logits = x_chunk @ W^T + b by cuBLAS in the input dtype; the cross entropy kernel
 (kernel_src/cross_entropy) writes the loss and, in place over the chunk's logits, their
 gradient; then grad_x[chunk] = grad_logits @ W and grad_W += grad_logits^T @ x_chunk,
@@ -31,32 +32,67 @@ from .cross_entropy import (CrossEntropyOutput, check_class_weight, check_option
                             graph_retained, kernel_flags, launch_rows, needs_scales,
                             reduce_rows, reduction_scales, scale_grad)
 
-# Upper bound on one chunk's logits. Measured on an H200 (8192 x 4096 -> 128256, bf16,
-# forward+backward; docs/perf-notes.md): chunks of 1024 rows 40.5 ms, 4096 rows 38.9 ms. Larger
-# chunks give cuBLAS a longer K for grad_W (and read-modify-write the (V, H) grad_W fewer
-# times). 1 GiB: 4096 rows of a 128256 bf16 vocab; the issue's budget is 1.2 GB beyond the
-# inputs, weights and gradients. The chunk adds to a training step's peak memory (Qwen2.5-0.5B
-# shapes, 8 x 2048 tokens: 0.83 GiB above Liger-Kernel's peak); chunks of twice x's bytes
-# were tried and cost 4-15% of end-to-end tokens/s for 0.15 GiB of that (docs/perf-notes.md).
-# `chunk_size` trades the other way per call.
+# Chunk policy (chunk_rows). A chunk's logits, (C, V) in the input dtype, are the op's only
+# memory beyond what Liger-Kernel's fused linear cross entropy also holds (grad_x (BT, H) and
+# grad_W (V, H) in the weight's dtype, fp32 per-row losses; both return them to autograd
+# as they are), and they are alive while the forward runs, i.e. at the training step's
+# activation peak. Every chunk after the first read-modify-writes the (V, H) grad_W, so the
+# fixed cost of a chunk is ~4*V*H bytes of traffic against 6*C*V*H flops of matmuls: on an
+# H200 about 130/C of the op's time at any H and V (chunks of 4096 rows: 3%; 192 rows: ~70%).
+#
+# Rows per chunk, at most:
+#   * H*H/HIDDEN_REF rows (the chunk's logits = the weight's bytes * H/4096). With a large
+#     hidden size the step's weights and optimizer state dwarf one chunk (Llama-3-8B shapes,
+#     4 layers: the step's peak is AdamW's, equal to Liger-Kernel's with 1 GiB chunks), and
+#     8192 x 4096 -> 128256 needs its 2 x 4096 rows (38.9 ms fwd+bwd, 40.5 at 1024 rows);
+#     with a small one the chunk sits on the activation peak (Qwen2.5-0.5B shapes, 8 x 2048
+#     tokens: 1 GiB chunks put the step 0.83 GiB above Liger-Kernel's, the chunk being 0.93:
+#     the step absorbs ~0.10 GiB; Gemma-2-2B shapes absorb ~0.72 GiB at H 2304). Balanced:
+#     Qwen 86 x 192 rows (0.054 GiB; ~192-row chunks measured 115.7k tok/s against 130.5k at
+#     1 GiB, Liger-Kernel 101.6k), Gemma-2 7 x 1184 (0.56 GiB), H 4096 2 x 4096 (0.98 GiB).
+#     The term does not shrink with the token count: a small-H model stepping fewer tokens
+#     absorbs less than Qwen's 16K (pass chunk_size there);
+#   * never fewer than Liger-Kernel's own chunk (next power of 2 of BT / ceil(V / H), about
+#     x's bytes of logits) or MIN_CHUNK_BYTES of logits: a smaller chunk saves nothing of
+#     note and multiplies the grad_W passes;
+#   * never more than CHUNK_BYTES of logits (the kernel benchmark's budget is 1.2 GB beyond
+#     inputs, weights and gradients).
+# `chunk_size` overrides the policy per call.
 CHUNK_BYTES = 1 << 30
+HIDDEN_REF = 4096
+MIN_CHUNK_BYTES = 16 << 20
 
 ACCUM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def chunk_rows(n_rows: int, n_cols: int, itemsize: int, chunk_size: int = 0) -> int:
-    """Rows per chunk: chunk_size when > 0, else the fewest chunks of at most CHUNK_BYTES of
-    logits, balanced (8192 rows in two chunks of 4096, not 4186 + 4006), rounded to a
-    multiple of 16 so per-row buffers stay 16-byte aligned at every chunk start."""
+def _next_power_of_2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def chunk_rows(n_rows: int, n_cols: int, itemsize: int, chunk_size: int = 0, *,
+               hidden: int = 0) -> int:
+    """Rows per chunk of n_rows tokens against a vocabulary of n_cols, logits of itemsize
+    bytes, hidden size `hidden`: chunk_size when > 0; else the fewest chunks within the
+    policy above (hidden 0: CHUNK_BYTES only), balanced (8192 rows in two chunks of 4096, not
+    4186 + 4006) and rounded to a multiple of 16 so per-row buffers stay 16-byte aligned at
+    every chunk start."""
     if chunk_size > 0:
         return max(1, min(chunk_size, n_rows))
-    cap = max(1, CHUNK_BYTES // max(1, n_cols * itemsize))
+    row_bytes = max(1, n_cols * itemsize)
+    cap = max(1, CHUNK_BYTES // row_bytes)
+    if hidden > 0:
+        liger_rows = _next_power_of_2(-(-n_rows // max(1, -(-n_cols // hidden))))
+        budget = max(hidden * hidden // HIDDEN_REF, liger_rows,
+                     MIN_CHUNK_BYTES // row_bytes)
+        cap = max(1, min(cap, budget))
     if n_rows <= cap:
         return max(1, n_rows)
+    if cap > 16:
+        cap -= cap % 16
     chunks = -(-n_rows // cap)
     rows = -(-n_rows // chunks)
-    if cap > 16:
-        rows = min(-(-rows // 16) * 16, cap - cap % 16)
+    if cap >= 16:
+        rows = -(-rows // 16) * 16  # <= cap: rows <= cap and cap is a multiple of 16
     return rows
 
 
@@ -157,7 +193,7 @@ def fused_linear_cross_entropy_forward(x, weight, target, bias, ce_weight, ignor
     flags = kernel_flags(grad=grads, mean=mean, weight=ce_weight is not None,
                          softcap=softcap != 0.0, z=store_z, accuracy=return_acc,
                          token_scaling=token_scaling)
-    step = chunk_rows(n_rows, n_cols, x.element_size(), chunk_size)
+    step = chunk_rows(n_rows, n_cols, x.element_size(), chunk_size, hidden=hidden)
     for start in range(0, n_rows, step):
         end = min(start + step, n_rows)
         x_chunk = x[start:end]
@@ -192,7 +228,7 @@ def fused_linear_cross_entropy_backward_none(grad_rows, x, weight, target, bias,
                                need_dx, need_dw, need_db)
     flags = kernel_flags(grad=True, weight=ce_weight is not None, softcap=softcap != 0.0,
                          token_scaling=token_scaling, row_scale=True)
-    step = chunk_rows(n_rows, n_cols, x.element_size(), chunk_size)
+    step = chunk_rows(n_rows, n_cols, x.element_size(), chunk_size, hidden=hidden)
     for start in range(0, n_rows, step):
         end = min(start + step, n_rows)
         x_chunk = x[start:end]
@@ -390,9 +426,9 @@ def fused_linear_cross_entropy(input: torch.Tensor, weight: torch.Tensor,
     smoothing, ignore_index, reduction); use_token_scaling multiplies each row's loss (and
     gradient) by its detached predicted probability of the target, as Liger-Kernel.
     accum_dtype: grad_W / grad_b accumulation dtype (None: the weight's). chunk_size: rows
-    per chunk (None: CHUNK_BYTES of logits). Returns loss (float32; shape of target for
-    reduction "none"), or (loss, z_loss) with return_z_loss, or CrossEntropyOutput with
-    return_token_accuracy.
+    per chunk (None: chunk_rows' policy, see the module). Returns loss (float32; shape of
+    target for reduction "none"), or (loss, z_loss) with return_z_loss, or CrossEntropyOutput
+    with return_token_accuracy.
 
     Under torch.autocast, input, weight and bias are cast to the autocast dtype first (as
     F.linear would be), so fp32 master weights with bf16 activations work; gradients flow

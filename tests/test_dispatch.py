@@ -1,9 +1,12 @@
 """Variant choice at the call site: device arch rules, the 16-byte alignment class, the specs'
 config rules, and that the runtime path never imports triton. No GPU and no build needed:
 Kernel's variant lookup is intercepted where it asks the registry for a binary."""
+import ctypes
 import inspect
 import itertools
 import random
+import shutil
+import struct
 import subprocess
 import sys
 import textwrap
@@ -12,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import liger_aot.runtime.driver as driver
 import liger_aot.runtime.registry as registry
 from liger_aot.kernel_src import FAMILIES, all_specs, family_spec_module
 from liger_aot.kernel_src.spec import ALIGN_CLASSES, KernelSpec
@@ -399,3 +403,236 @@ def test_runtime_imports_without_triton(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.startswith("OK"), res.stdout
+
+
+# -- the driver launcher, against a stand-in libcuda -----------------------------------------
+
+STUB_LIBCUDA = r"""
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    uint64_t function, stream, extra;
+    unsigned dims[7];
+    int calls, ctx_sets, nparams;
+    int rcs[4];  /* return codes of the next launches, 0 after */
+    unsigned char params[8 * 64];
+} record_t;
+
+record_t stub;
+
+int cuInit(unsigned flags) { return 0; }
+int cuModuleLoadData(void **m, const void *image) { *m = (void *)0x10; return 0; }
+int cuModuleGetFunction(void **f, void *m, const char *name) { *f = (void *)0xF00D; return 0; }
+int cuFuncSetAttribute(void *f, int attr, int value) { return 0; }
+int cuCtxGetCurrent(void **ctx) { *ctx = 0; return 0; }
+int cuCtxSetCurrent(void *ctx) { stub.ctx_sets++; return 0; }
+int cuDevicePrimaryCtxRetain(void **ctx, int dev) { *ctx = (void *)0x20; return 0; }
+int cuDeviceGet(int *dev, int ordinal) { *dev = ordinal; return 0; }
+int cuGetErrorString(int code, const char **s) { *s = "stub error"; return 0; }
+
+int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                   unsigned bz, unsigned shared, void *stream, void **params, void **extra) {
+    unsigned dims[7] = {gx, gy, gz, bx, by, bz, shared};
+    int rc = stub.calls < 4 ? stub.rcs[stub.calls] : 0;
+    stub.function = (uint64_t)f;
+    stub.stream = (uint64_t)stream;
+    stub.extra = (uint64_t)extra;
+    memcpy(stub.dims, dims, sizeof dims);
+    for (int i = 0; i < stub.nparams && i < 64; i++) memcpy(stub.params + 8 * i, params[i], 8);
+    stub.calls++;
+    return rc;
+}
+"""
+
+
+class _StubRecord(ctypes.Structure):
+    _fields_ = [("function", ctypes.c_uint64), ("stream", ctypes.c_uint64),
+                ("extra", ctypes.c_uint64), ("dims", ctypes.c_uint * 7),
+                ("calls", ctypes.c_int), ("ctx_sets", ctypes.c_int), ("nparams", ctypes.c_int),
+                ("rcs", ctypes.c_int * 4), ("params", ctypes.c_ubyte * (8 * 64))]
+
+
+class _StubModule:
+    device_index = 0
+
+    def function(self, name, shared):
+        return driver.api().function_handle  # set by the fixture
+
+
+STREAM = 0x7FAB_CDEF_1230  # above 2**32: a stream passed as a 32-bit int would be cut
+
+
+@pytest.fixture
+def stub_cuda(tmp_path, monkeypatch):
+    """driver.api() over a compiled stand-in libcuda that records the last cuLaunchKernel."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("needs a C compiler for the stand-in libcuda")
+    src = tmp_path / "stub_libcuda.c"
+    src.write_text(STUB_LIBCUDA)
+    lib = tmp_path / "libcuda_stub.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(lib), str(src)], check=True)
+    real_pydll = ctypes.PyDLL
+    monkeypatch.setattr(ctypes, "PyDLL", lambda name, *a, **k: real_pydll(
+        str(lib) if name == "libcuda.so.1" else name, *a, **k))
+    monkeypatch.setattr(driver.torch.version, "hip", None)
+    api = driver._Api("cuda")
+    api.function_handle = 0xF00D
+    monkeypatch.setattr(driver, "_api", api)
+    monkeypatch.setattr(driver, "_get_device", lambda: 0)
+    monkeypatch.setattr(driver, "_get_stream", lambda device: STREAM)
+    return _StubRecord.in_dll(ctypes.CDLL(str(lib)), "stub")
+
+
+def _stub_launcher(stub, spec, entry="launch", num_warps=4, shared=0):
+    """A driver launcher over the stand-in, called as launch(grid, values, args) whichever
+    entry point is tested (the flat one takes the values as separate arguments)."""
+    stub.nparams = len(spec.type_string)
+    launch = driver.Launcher(_StubModule(), spec.function, spec.type_string, num_warps, 32,
+                             shared)
+    if entry == "flat":
+        return lambda grid, values, args: launch.flat(grid, *values)
+    return launch
+
+
+def _expected_params(spec, values) -> bytes:
+    fmt = "<" + "".join(driver._SLOT_FORMAT[c] for c in spec.type_string[:-len("PP")])
+    return struct.pack(fmt, *values) + bytes(16)  # hidden trailing pointers: NULL
+
+
+ENTRIES = ["launch", "flat"]
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize("spec", [s for s in SPECS if s.name in ("swiglu_fwd", "rms_norm_fwd")],
+                         ids=lambda s: s.name)
+def test_launcher_passes_everything_to_the_driver(spec, entry, stub_cuda):
+    stub = stub_cuda
+    launch = _stub_launcher(stub, spec, entry, num_warps=8, shared=1024)
+    args = base_args(spec)
+    values = tuple(a.ptr if isinstance(a, FakeTensor) else a for a in args)
+    for grid, dims in (((5,), (5, 1, 1)), ((5, 3), (5, 3, 1)), ((2, 3, 4), (2, 3, 4)),
+                       ([7, 2], (7, 2, 1)), ((2**31 - 1,), (2**31 - 1, 1, 1))):
+        calls = stub.calls
+        launch(grid, values, tuple(args))
+        assert stub.calls == calls + 1
+        assert stub.function == 0xF00D
+        assert tuple(stub.dims) == dims + (8 * 32, 1, 1, 1024)
+        assert stub.stream == STREAM and stub.extra == 0
+        assert bytes(stub.params[:8 * stub.nparams]) == _expected_params(spec, values)
+    # other values repack the same buffer
+    other = tuple(v + 16 if isinstance(v, int) else v * 2 for v in values)
+    launch((1,), other, tuple(args))
+    assert bytes(stub.params[:8 * stub.nparams]) == _expected_params(spec, other)
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_launcher_grid_edge_cases(entry, stub_cuda):
+    """What the argtypes binding accepted (numpy and 0-d tensor ints) still launches; what it
+    refused (floats) still raises ctypes.ArgumentError; an empty grid launches nothing; a
+    value the packer refuses is a LaunchError naming the kernel and the values."""
+    import numpy as np
+
+    stub = stub_cuda
+    spec = next(s for s in SPECS if s.name == "swiglu_fwd")
+    launch = _stub_launcher(stub, spec, entry)
+    args = base_args(spec)
+    values = tuple(a.ptr if isinstance(a, FakeTensor) else a for a in args)
+    launch((np.int64(6), torch.tensor(2)), values, args)
+    assert stub.calls == 1 and tuple(stub.dims[:3]) == (6, 2, 1)
+    assert stub.stream == STREAM
+    with pytest.raises(ctypes.ArgumentError):
+        launch((2.0,), values, args)
+    for grid in ((0,), (3, 0), (1, 1, 0)):
+        launch(grid, values, args)
+    assert stub.calls == 1
+    bad = values[:3] + (1.5,) + values[4:]
+    with pytest.raises(driver.LaunchError) as info:
+        launch((1,), bad, args)
+    assert str(info.value).startswith("liger_aot: bad argument for kernel swiglu_fwd: ")
+    assert str(info.value).endswith(f"(values {bad})")
+    assert info.value.__suppress_context__
+    assert stub.calls == 1
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_launcher_driver_errors(entry, stub_cuda):
+    stub = stub_cuda
+    spec = next(s for s in SPECS if s.name == "swiglu_fwd")
+    launch = _stub_launcher(stub, spec, entry)
+    args = base_args(spec)
+    values = tuple(a.ptr if isinstance(a, FakeTensor) else a for a in args)
+    stub.rcs[0], stub.rcs[1] = 201, 0  # CUDA_ERROR_INVALID_CONTEXT: set the context, retry
+    launch((3,), values, args)
+    assert stub.calls == 2 and stub.ctx_sets == 1 and stub.stream == STREAM
+    stub.rcs[2] = 700
+    with pytest.raises(driver.LaunchError, match=r"launching swiglu_fwd on grid \(3,\) failed: "
+                                                 r"error 700 \(stub error\)"):
+        launch((3,), values, args)
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_launcher_stream_cache(entry, stub_cuda, monkeypatch):
+    """The stream handle is converted once per handle and launcher; many distinct streams
+    (more than the cache holds) still each reach the driver as they are."""
+    stub = stub_cuda
+    spec = next(s for s in SPECS if s.name == "swiglu_fwd")
+    args = base_args(spec)
+    values = tuple(a.ptr if isinstance(a, FakeTensor) else a for a in args)
+    current = [0]
+    monkeypatch.setattr(driver, "_get_stream", lambda device: current[0])
+    launch = _stub_launcher(stub, spec, entry)  # binds the patched stream getter
+    streams = [0, STREAM] + [STREAM + 256 * i for i in range(1, 3 * driver._MAX_STREAMS)]
+    for s in streams + streams[::-1]:
+        current[0] = s
+        launch((1,), values, args)
+        assert stub.stream == s
+
+
+def test_kernel_calls_driver_launchers_flat(stub_cuda, monkeypatch):
+    """Through Kernel: the first call resolves the launcher and launches through
+    launcher(grid, values, args), later ones through launcher.flat; both hand the driver the
+    same block. A launcher without a flat entry point (the JIT's, test doubles) is always
+    called as launcher(grid, values, args)."""
+    stub = stub_cuda
+    spec = next(s for s in SPECS if s.name == "rms_norm_fwd")
+    stub.nparams = len(spec.type_string)
+    made, calls = [], []
+
+    def find_variant(variant, device_index):
+        launch = driver.Launcher(_StubModule(), spec.function, spec.type_string,
+                                 variant.config.num_warps, 32, 0)
+        made.append(launch)
+        real_flat = launch.flat
+
+        def flat(grid, *values):
+            calls.append("flat")
+            return real_flat(grid, *values)
+
+        def protocol(grid, values, args):
+            calls.append("launch")
+            return launch(grid, values, args)
+
+        protocol.flat = flat
+        return registry.Found(arch="sm90", launcher=protocol, where="stub")
+
+    monkeypatch.setattr(registry, "find_variant", find_variant)
+    kernel = Kernel(spec)
+    args = base_args(spec)
+    values = tuple(a.ptr if isinstance(a, FakeTensor) else a for a in args)
+    for _ in range(3):
+        _launch(kernel, args)
+        assert bytes(stub.params[:8 * stub.nparams]) == _expected_params(spec, values)
+        assert tuple(stub.dims[:3]) == (3, 1, 1)
+    assert calls == ["launch", "flat", "flat"] and len(made) == 1 and stub.calls == 3
+    assert list(kernel._flat) == list(kernel._launchers)
+
+
+def test_kernel_without_flat_entry_point(recorder):
+    lookups, launches = recorder
+    spec = SPECS[0]
+    kernel = Kernel(spec)
+    for _ in range(3):
+        _launch(kernel, base_args(spec))
+    assert len(lookups) == 1 and len(launches) == 3 and not kernel._flat

@@ -4,7 +4,9 @@
 Launch cost: the argument block is packed with one precompiled struct.pack_into into a
 buffer owned by the launcher, whose parameter-pointer array is built once. The library is
 opened with ctypes.PyDLL so the launch call keeps the GIL: no release/reacquire cost, and no
-other thread can repack the shared buffer while the driver reads it.
+other thread can repack the shared buffer while the driver reads it. The launch entry point
+is called without ctypes argtypes (pointer arguments prebuilt as ctypes objects), and each
+launcher has a flat entry point generated for its parameter count (see Launcher).
 
 HIP status: written to the same shape as the CUDA path, compiled artifacts checked in CI,
 but never run on an AMD GPU (none was available). See README.md, "Unverified".
@@ -57,6 +59,12 @@ class _Api:
         self.launch.argtypes = [c_void_p, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint,
                                 c_void_p, c_void_p, c_void_p]
         self.launch.restype = c_int
+        # The same entry point without argtypes, for the launchers' hot path: ctypes then
+        # converts each argument directly (ints as 32-bit C ints, ctypes objects and None as
+        # pointers) instead of through one from_param call per argtype (~0.7 us per launch).
+        # Callers pass the pointer arguments as c_void_p objects (see Launcher).
+        self.launch_unchecked = lib[names["launch"]]  # indexing gives a separate function object
+        self.launch_unchecked.restype = c_int
         if backend == "cuda":
             self.set_attribute = lib.cuFuncSetAttribute
             self.set_attribute.argtypes, self.set_attribute.restype = [c_void_p, c_int, c_int], c_int
@@ -152,52 +160,112 @@ _get_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
 def Launcher(module: LoadedModule, name: str, type_string: str, num_warps: int,  # noqa: N802
              warp_size: int, shared: int):
     """A launch function for one loaded kernel: launch(grid, values, args), where `values`
-    are the launch arguments with tensors already replaced by their data pointers.
+    are the launch arguments with tensors already replaced by their data pointers; and the
+    same as launch.flat(grid, *values), which takes the values as separate arguments (what
+    Kernel calls: no tuple to build and unpack per launch).
 
     Everything constant is bound as a closure variable; the hidden trailing parameters are
-    zeroed once in the buffer and never repacked."""
+    zeroed once in the buffer and never repacked. The driver call goes through the entry point
+    without argtypes (api().launch_unchecked) with the function handle and the parameter array
+    as prebuilt ctypes objects and the stream as a cached c_void_p; a grid value that call
+    cannot convert (e.g. a numpy integer) is retried through the argtypes binding, so what is
+    accepted and what is refused, with which error, is unchanged."""
     a = api()
     function = module.function(name, shared)
-    device = module.device_index
-    threads = num_warps * warp_size
     n = len(type_string)
     visible = type_string[:n - len(HIDDEN_PARAMS)]
-    pack = struct.Struct("<" + "".join(_SLOT_FORMAT[c] for c in visible)).pack_into
     buffer = ctypes.create_string_buffer(8 * n)  # zero-filled: hidden pointers stay NULL
     base = ctypes.addressof(buffer)
-    params = (ctypes.c_void_p * n)(*[base + 8 * i for i in range(n)])
-    launch_c = a.launch
-    get_device, get_stream = _get_device, _get_stream
+    streams = {}  # raw stream handle -> c_void_p, see _stream_pointer
 
     def fail(rc, grid):
         raise LaunchError(f"liger_aot: launching {name} on grid {tuple(grid)} failed: "
                           f"error {rc} ({api().error_string(rc)})")
 
-    def launch(grid, values, args):
-        if get_device() != device:
-            with torch.cuda.device(device):
-                return launch(grid, values, args)
-        k = len(grid)
-        gx = grid[0]
-        gy = grid[1] if k > 1 else 1
-        gz = grid[2] if k > 2 else 1
-        if not (gx and gy and gz):
-            return
-        try:
-            pack(buffer, 0, *values)
-        except struct.error as e:
-            raise LaunchError(f"liger_aot: bad argument for kernel {name}: {e} "
-                              f"(values {values})") from None
-        rc = launch_c(function, gx, gy, gz, threads, 1, 1, shared, get_stream(device), params,
-                      None)
-        if rc:
-            if rc == _CUDA_ERROR_INVALID_CONTEXT and a.backend == "cuda":
-                a.make_context_current(device)  # a thread torch never set up
-                rc = launch_c(function, gx, gy, gz, threads, 1, 1, shared, get_stream(device),
-                              params, None)
-            if rc:
-                fail(rc, grid)
+    def bad_argument(e, values):
+        raise LaunchError(f"liger_aot: bad argument for kernel {name}: {e} "
+                          f"(values {values})") from None
 
-    launch.kernel_name = name
-    launch.module = module  # keeps the module (and its image) alive with the launcher
+    namespace = {
+        "torch": torch, "ctypes": ctypes, "struct": struct,
+        "pack": struct.Struct("<" + "".join(_SLOT_FORMAT[c] for c in visible)).pack_into,
+        "buffer": buffer, "params": (ctypes.c_void_p * n)(*[base + 8 * i for i in range(n)]),
+        "launch_c": a.launch_unchecked, "launch_checked": a.launch,
+        "function": function, "function_p": ctypes.c_void_p(function),
+        "device": module.device_index, "threads": num_warps * warp_size, "shared": shared,
+        "get_device": _get_device, "get_stream": _get_stream, "streams": streams,
+        "stream_pointer": _stream_pointer, "retry_context": a.backend == "cuda",
+        "make_context_current": a.make_context_current, "invalid_context":
+        _CUDA_ERROR_INVALID_CONTEXT, "fail": fail, "bad_argument": bad_argument,
+    }
+    exec(_launcher_source(len(visible)), namespace)  # noqa: S102 - source built from a count
+    launch, flat = namespace["launch"], namespace["flat"]
+    for f in (launch, flat):
+        f.kernel_name = name
+        f.module = module  # keeps the module (and its image) alive with the launcher
+    launch.flat = flat
     return launch
+
+
+# One body for both entry points of a launcher: launch(grid, values, args) and
+# flat(grid, v0, v1, ...). Names not defined here are constants of the launcher (Launcher's
+# namespace).
+_LAUNCHER_BODY = """
+    if get_device() != device:
+        with torch.cuda.device(device):
+            return SELF
+    k = len(grid)
+    gx = grid[0]
+    gy = grid[1] if k > 1 else 1
+    gz = grid[2] if k > 2 else 1
+    if not (gx and gy and gz):
+        return
+    try:
+        pack(buffer, 0, PACKED)
+    except struct.error as e:
+        bad_argument(e, VALUES)
+    stream = get_stream(device)
+    sp = streams.get(stream)
+    if sp is None:
+        sp = stream_pointer(streams, stream)
+    try:
+        rc = launch_c(function_p, gx, gy, gz, threads, 1, 1, shared, sp, params, None)
+    except ctypes.ArgumentError:  # raised before the call: nothing was launched
+        rc = launch_checked(function, gx, gy, gz, threads, 1, 1, shared, stream, params, None)
+    if rc:
+        if rc == invalid_context and retry_context:
+            make_context_current(device)  # a thread torch never set up
+            stream = get_stream(device)
+            try:
+                rc = launch_c(function_p, gx, gy, gz, threads, 1, 1, shared,
+                              stream_pointer(streams, stream), params, None)
+            except ctypes.ArgumentError:
+                rc = launch_checked(function, gx, gy, gz, threads, 1, 1, shared, stream,
+                                    params, None)
+        if rc:
+            fail(rc, grid)
+"""
+
+
+def _launcher_source(count: int) -> str:
+    vs = ", ".join(f"v{i}" for i in range(count))
+    tuple_vs = f"({vs},)" if count else "()"
+    launch = ("def launch(grid, values, args):" + _LAUNCHER_BODY
+              .replace("SELF", "launch(grid, values, args)")
+              .replace("PACKED", "*values").replace("VALUES", "values"))
+    flat = (f"def flat(grid, {vs}):" + _LAUNCHER_BODY
+            .replace("SELF", f"flat(grid, {vs})")
+            .replace("PACKED", vs).replace("VALUES", tuple_vs))
+    return launch + "\n" + flat
+
+
+_MAX_STREAMS = 64  # per launcher; more distinct streams than this just start the cache over
+
+
+def _stream_pointer(streams: dict, stream: int):
+    """The stream handle as a c_void_p (the unchecked launch call needs pointer arguments as
+    ctypes objects: a plain int would be passed as a 32-bit C int), cached per handle."""
+    if len(streams) >= _MAX_STREAMS:
+        streams.clear()
+    sp = streams[stream] = ctypes.c_void_p(stream)
+    return sp

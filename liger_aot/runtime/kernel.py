@@ -12,6 +12,7 @@ rule (see kernel_src/tuning.py), also one dict lookup once seen.
 """
 from __future__ import annotations
 
+import operator
 import threading
 import warnings
 
@@ -34,22 +35,27 @@ class Kernel:
     the rest numbers, in the spec's order; `options` is ((name, value), ...) sorted by name.
 
     The call path is generated per spec (see _fast_path_source) so it runs no per-parameter
-    loop: fetch data pointers, test alignment with one OR, one dict lookup, launch."""
+    loop: fetch data pointers, test alignment with one OR, one dict lookup, launch. A driver
+    launcher is called through its flat entry point (launcher.flat(grid, *values): no tuples
+    to build); any other launcher (Triton JIT, test doubles) as launcher(grid, values, args)."""
 
-    __slots__ = ("spec", "_launchers", "_configs", "_lock", "launch")
+    __slots__ = ("spec", "_launchers", "_flat", "_configs", "_lock", "launch")
 
     def __init__(self, spec: KernelSpec):
         self.spec = spec
-        self._launchers = {}
+        self._launchers = {}  # key -> launcher(grid, values, args)
+        self._flat = {}  # key -> launcher.flat, for the launchers that have one
         self._configs = {}  # device index -> {rule args: Config}
         self._lock = threading.Lock()
-        namespace = {"launchers": self._launchers, "resolve": self._resolve,
-                     "interpret": self._interpret}
+        namespace = {"get_flat": self._flat.get, "get": self._launchers.get,
+                     "resolve": self._resolve, "interpret": self._interpret}
         exec(_fast_path_source(spec), namespace)  # noqa: S102 - source built from the spec
         self.launch = namespace["launch"]
 
-    def __call__(self, grid, *args, dtype, config, options=()):
-        return self.launch(grid, *args, dtype=dtype, config=config, options=options)
+    # kernel(...) is kernel.launch(...): the property hands Python's call slot the instance's
+    # generated function itself, so a call through the instance costs no extra Python frame
+    # and no re-packing of the arguments (operator.attrgetter runs in C).
+    __call__ = property(operator.attrgetter("launch"))
 
     def select_config(self, device: int, *args) -> Config:
         """The config for the spec's rule arguments `args` (e.g. n_cols) on `device` (a
@@ -84,6 +90,9 @@ class Kernel:
             if launcher is None:
                 launcher = self._make_launcher(*key)
                 self._launchers[key] = launcher
+                flat = getattr(launcher, "flat", None)
+                if flat is not None:
+                    self._flat[key] = flat
             return launcher
 
     def _make_launcher(self, device_index, dtype, aligned, options, config):
@@ -151,7 +160,11 @@ def _fast_path_source(spec: KernelSpec) -> str:
     lines += [f"    p{i} = a{i}.data_ptr()" for i in ptrs]
     lines += [
         f"    key = (device, dtype, not (({' | '.join(checked)}) & 15), options, config)",
-        "    launcher = launchers.get(key)",
+        "    flat = get_flat(key)",
+        "    if flat is not None:",
+        f"        flat(grid, {', '.join(values)})",
+        "        return",
+        "    launcher = get(key)",
         "    if launcher is None:",
         "        launcher = resolve(key)",
         f"    launcher(grid, ({', '.join(values)},), ({', '.join(names)},))",

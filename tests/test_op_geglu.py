@@ -81,3 +81,11 @@ def test_geglu_mlp_module():
     mlp = LigerGEGLUMLP(Config())
     check_module_grads(mlp, lambda x: mlp.down_proj(reference(mlp.gate_proj(x), mlp.up_proj(x))),
                        torch.randn(2, 3, 24, requires_grad=True))
+
+
+def test_geglu_eager_path_is_gated_function():
+    from liger_aot.ops.swiglu import GatedFunction
+
+    a = torch.randn(3, 40, requires_grad=True)
+    c = geglu(a, torch.randn(3, 40))
+    assert type(c.grad_fn) is GatedFunction._backward_cls

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from .swiglu import ACT_GELU_TANH, check_gated, gated
+from .swiglu import ACT_GELU_TANH, checked_gated
 
 
-def geglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """gelu(a, approximate="tanh") * b elementwise; a and b have one shape, dtype and device."""
-    check_gated(a, b)
-    return gated(a, b, ACT_GELU_TANH)
+def geglu(a: torch.Tensor, b: torch.Tensor, *, in_place: bool = False) -> torch.Tensor:
+    """gelu(a, approximate="tanh") * b elementwise; a and b have one shape, dtype and device.
+    in_place: as ops.swiglu.swiglu's."""
+    return checked_gated(a, b, ACT_GELU_TANH, in_place)

@@ -30,19 +30,59 @@ def _rows(name, t, n):
     return t2, row_stride(t2)
 
 
+# Host cost per call is what limits these ops at small shapes (docs/perf-notes.md, issue 5):
+# outputs are allocated with empty_like (a third of torch.empty(shape, dtype=, device=)'s
+# argument parsing), and what the forward learned about its inputs is kept for the backward.
+_empty_like = torch.empty_like
+_CONTIGUOUS = torch.contiguous_format
+
+
+def _forward(a, b, act):
+    """glu_forward's work, plus (rows, n, device index, dtype, act) for the backward."""
+    n = a.shape[-1]
+    c = _empty_like(a, memory_format=_CONTIGUOUS)  # = torch.empty(a.shape, like a)
+    rows = a.numel() // n if n else 0
+    dtype = a.dtype
+    if rows == 0:
+        return c, a, b, (0, n, -1, dtype, act)
+    if a.is_contiguous():  # _rows, inlined
+        a2, stride_a = a, n
+    else:
+        a2, stride_a = _rows("a", a, n)
+    if b.is_contiguous():
+        b2, stride_b = b, n
+    else:
+        b2, stride_b = _rows("b", b, n)
+    device = a2.get_device()
+    config = _fwd.select_config(device, n)
+    _fwd.launch(spec.grid(rows, n, config), c, a2, b2, rows, n, n, stride_a, stride_b, act,
+                dtype=dtype, config=config)
+    return c, a2, b2, (rows, n, device, dtype, act)
+
+
+def _launch_backward(da, db, dc, a2, b2, rows, n, device, dtype, act):
+    dc2, stride_dc = _rows("grad_output", dc, n)
+    if dc2.dtype is not dtype:
+        dc2 = dc2.to(dtype)  # keeps the layout, so stride_dc holds
+    # rows and strides of the tensors as unpacked: a saved-tensor hook may have changed the
+    # layout the forward saw (e.g. offloading that copies, or hands back any strided view)
+    if a2.is_contiguous():
+        stride_a = n
+    else:
+        a2, stride_a = _rows("a", a2, n)
+    if b2.is_contiguous():
+        stride_b = n
+    else:
+        b2, stride_b = _rows("b", b2, n)
+    config = _bwd.select_config(device, n)
+    _bwd.launch(spec.grid(rows, n, config), da, db, dc2, a2, b2, rows, n,
+                n, n, stride_dc, stride_a, stride_b, act, dtype=dtype, config=config)
+
+
 def glu_forward(a, b, act=ACT_SILU):
     """a, b: (..., n), same shape. Returns (c with a's shape, a and b as the kernel read them,
     to be saved for glu_backward)."""
-    n = a.shape[-1]
-    c = torch.empty(a.shape, dtype=a.dtype, device=a.device)
-    rows = a.numel() // n if n else 0
-    if rows == 0:
-        return c, a, b
-    a2, stride_a = _rows("a", a, n)
-    b2, stride_b = _rows("b", b, n)
-    config = _fwd.select_config(a2.get_device(), n)
-    _fwd.launch(spec.grid(rows, n, config), c, a2, b2, rows, n, n, stride_a, stride_b, act,
-                dtype=a.dtype, config=config)
+    c, a2, b2, _ = _forward(a, b, act)
     return c, a2, b2
 
 
@@ -54,30 +94,48 @@ def glu_backward(dc, a2, b2, shape, act=ACT_SILU):
     rows = da.numel() // n if n else 0
     if rows == 0:
         return da, db
-    dc2, stride_dc = _rows("grad_output", dc, n)
-    if dc2.dtype != a2.dtype:
-        dc2 = dc2.to(a2.dtype)  # keeps the layout, so stride_dc holds
-    stride_a = n if a2.is_contiguous() else row_stride(a2)
-    stride_b = n if b2.is_contiguous() else row_stride(b2)
-    config = _bwd.select_config(a2.get_device(), n)
-    _bwd.launch(spec.grid(rows, n, config), da, db, dc2, a2, b2, rows, n,
-                n, n, stride_dc, stride_a, stride_b, act, dtype=a2.dtype, config=config)
+    _launch_backward(da, db, dc, a2, b2, rows, n, a2.get_device(), a2.dtype, act)
     return da, db
 
 
 class GatedFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, a, b, act):
-        c, a2, b2 = glu_forward(a, b, act)
+    def forward(ctx, a, b, act, in_place=False):
+        c, a2, b2, plan = _forward(a, b, act)
         ctx.save_for_backward(a2, b2)
-        ctx.shape, ctx.act = a.shape, act
+        ctx.plan, ctx.in_place = plan, in_place
         return c
 
     @staticmethod
     def backward(ctx, dc):
         a2, b2 = ctx.saved_tensors
-        da, db = glu_backward(dc, a2, b2, ctx.shape, ctx.act)
-        return da, db, None
+        rows, n, device, dtype, act = ctx.plan
+        if ctx.in_place and _may_overwrite(a2, b2, dtype):
+            da, db = a2, b2  # each element of a, b is read before its gradient is written
+        else:
+            # dc has c's shape, device and dtype (autograd checks the gradients it passes),
+            # so the gradients are allocated like it: a's shape, contiguous
+            da = _empty_like(dc, dtype=dtype, memory_format=_CONTIGUOUS)
+            db = _empty_like(dc, dtype=dtype, memory_format=_CONTIGUOUS)
+        if rows:
+            _launch_backward(da, db, dc, a2, b2, rows, n, device, dtype, act)
+        return da, db, None, None
+
+
+def _may_overwrite(a2, b2, dtype) -> bool:
+    """Whether the backward may write da over a and db over b (in_place calls): both dense,
+    of the data dtype, not leaves (a caller's tensors, whose .grad would alias them), not
+    overlapping, and the graph not kept for another backward."""
+    if not (a2.is_contiguous() and b2.is_contiguous() and a2.dtype is dtype
+            and b2.dtype is dtype and not a2.is_leaf and not b2.is_leaf):
+        return False
+    size = a2.numel() * a2.element_size()
+    pa, pb = a2.data_ptr(), b2.data_ptr()
+    if pa < pb + size and pb < pa + size:
+        return False
+    from .cross_entropy import graph_retained
+
+    return not graph_retained()
 
 
 class SwiGLUFunction(torch.autograd.Function):
@@ -145,14 +203,52 @@ def check_gated(a, b):
         raise ValueError("a and b must have at least one dimension, got 0-d tensors")
 
 
-def gated(a, b, act):
+def _direct_apply(cls):
+    """(apply, functorch_active, unwrap_if_dead): cls.apply without
+    torch.autograd.Function.apply's Python wrapper, i.e. the C++ apply it ends in, bound to
+    cls (about 1.5 us less per call), and the two checks that wrapper makes first. None where
+    this torch lacks the pieces: then cls.apply is called."""
+    try:
+        apply = torch._C._FunctionBase.__dict__["apply"].__get__(None, cls)
+        return apply, torch._C._are_functorch_transforms_active, torch._C._functorch.unwrap_if_dead
+    except (AttributeError, KeyError, TypeError):
+        return None
+
+
+_gated_apply = _direct_apply(GatedFunction)
+_is_compiling = torch.compiler.is_compiling
+
+
+def gated(a, b, act, in_place=False):
     """act(a) * b on the eager or the torch.compile path (inputs already checked)."""
-    if torch.compiler.is_compiling():
+    if _is_compiling():
         return glu_fwd_op(a, b, act)
-    return GatedFunction.apply(a, b, act)
+    if _gated_apply is not None:
+        apply, functorch_active, unwrap_if_dead = _gated_apply
+        if not functorch_active():
+            # what Function.apply does here (GatedFunction has no setup_context)
+            return apply(unwrap_if_dead(a), unwrap_if_dead(b), act, in_place)
+    return GatedFunction.apply(a, b, act, in_place)
 
 
-def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """silu(a) * b elementwise; a and b have one shape, dtype and device."""
+def checked_gated(a, b, act, in_place=False):
+    """check_gated(a, b), then gated(a, b, act). The eager call with good inputs takes one
+    test (Tensor.is_same_size instead of comparing two torch.Size objects: torch.compile would
+    break the graph on it, so the compiled path keeps check_gated); anything else goes through
+    check_gated, whose errors name what is wrong."""
+    if not _is_compiling() and _gated_apply is not None:
+        apply, functorch_active, unwrap_if_dead = _gated_apply
+        if (type(a) is torch.Tensor and type(b) is torch.Tensor and (dtype := a.dtype) is b.dtype
+                and dtype in SUPPORTED_DTYPES and a.is_same_size(b) and a.device == b.device
+                and a.dim() > 0 and not functorch_active()):
+            return apply(unwrap_if_dead(a), unwrap_if_dead(b), act, in_place)
     check_gated(a, b)
-    return gated(a, b, ACT_SILU)
+    return gated(a, b, act, in_place)
+
+
+def swiglu(a: torch.Tensor, b: torch.Tensor, *, in_place: bool = False) -> torch.Tensor:
+    """silu(a) * b elementwise; a and b have one shape, dtype and device. in_place: the
+    backward writes the gradients over a and b (saves two buffers of a's size at the step's
+    peak), for callers that own them, e.g. an MLP's fresh projections; never when the graph
+    is kept for another backward. The torch.compile path ignores it."""
+    return checked_gated(a, b, ACT_SILU, in_place)

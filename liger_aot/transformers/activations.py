@@ -32,6 +32,9 @@ def _gated_projections(module, config, intermediate_size):
     module.down_proj = nn.Linear(intermediate_size, module.hidden_size, bias=False)
 
 
+# The MLPs own their projections' outputs: the SwiGLU / GeGLU backward writes the gradients
+# over them (in_place), as Liger-Kernel does, instead of two new buffers at the step's peak.
+
 class LigerSwiGLUMLP(nn.Module):
     """Llama / Mistral / Qwen2 MLP: down_proj(silu(gate_proj(x)) * up_proj(x))."""
 
@@ -41,7 +44,7 @@ class LigerSwiGLUMLP(nn.Module):
         _check_silu(config)
 
     def forward(self, x):
-        return self.down_proj(swiglu(self.gate_proj(x), self.up_proj(x)))
+        return self.down_proj(swiglu(self.gate_proj(x), self.up_proj(x), in_place=True))
 
 
 class LigerBlockSparseTop2MLP(nn.Module):
@@ -57,7 +60,7 @@ class LigerBlockSparseTop2MLP(nn.Module):
         _check_silu(config)
 
     def forward(self, x):
-        return self.w2(swiglu(self.w1(x), self.w3(x)))
+        return self.w2(swiglu(self.w1(x), self.w3(x), in_place=True))
 
 
 class LigerPhi3SwiGLUMLP(nn.Module):
@@ -74,7 +77,7 @@ class LigerPhi3SwiGLUMLP(nn.Module):
 
     def forward(self, x):
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(swiglu(gate, up))
+        return self.down_proj(swiglu(gate, up, in_place=True))
 
 
 class LigerQwen3MoeSwiGLUMLP(nn.Module):
@@ -88,7 +91,7 @@ class LigerQwen3MoeSwiGLUMLP(nn.Module):
         _check_silu(config)
 
     def forward(self, x):
-        return self.down_proj(swiglu(self.gate_proj(x), self.up_proj(x)))
+        return self.down_proj(swiglu(self.gate_proj(x), self.up_proj(x), in_place=True))
 
 
 class LigerGEGLUMLP(nn.Module):
@@ -101,7 +104,7 @@ class LigerGEGLUMLP(nn.Module):
         _gated_projections(self, config, config.intermediate_size)
 
     def forward(self, x):
-        return self.down_proj(geglu(self.gate_proj(x), self.up_proj(x)))
+        return self.down_proj(geglu(self.gate_proj(x), self.up_proj(x), in_place=True))
 
 
 class LigerReLUSquared(nn.Module):

@@ -121,7 +121,8 @@ def _gated_mlp_forward(original_forward):
             from liger_aot.ops.swiglu import swiglu as fused
         else:
             from liger_aot.ops.geglu import geglu as fused
-        return self.down_proj(fused(gate, up))
+        # gate and up are this forward's own projections: their buffers take the gradients
+        return self.down_proj(fused(gate, up, in_place=True))
 
     return forward
 

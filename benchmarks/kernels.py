@@ -427,19 +427,6 @@ class Bench:
     def __init__(self, device: str, warmup_ms: float, rep_ms: float):
         self.device, self.warmup_ms, self.rep_ms = device, warmup_ms, rep_ms
 
-    def settle(self, ms: float = 30.0):
-        """Keep the GPU busy for about `ms` before a path's timings: the first timing after
-        the host-side checks and compiles of a shape once read 3x a kernel's time (session 2,
-        fused add+RMSNorm forward 0.236 ms, 0.135 in every other measurement of it)."""
-        if self.device == "cpu":
-            return
-        a = torch.ones(4096, 4096, device=self.device, dtype=torch.bfloat16)
-        start = time.perf_counter()
-        while (time.perf_counter() - start) * 1e3 < ms:
-            for _ in range(8):
-                torch.mm(a, a)
-            torch.cuda.synchronize()
-
     def time(self, fn, min_rep_ms: float = 0.0) -> float:
         if self.device == "cpu":
             return self._cpu(lambda: None, lambda _: fn())
@@ -714,7 +701,6 @@ def run_shape(case: Case, shape: dict, paths, dtype, device, bench: Bench, copy_
                 return torch.autograd.grad(forward(), gx, cots)
 
             rep = case.min_rep_ms
-            bench.settle()
             row["fwd_ms"] = bench.time(no_grad_forward, rep)
             row["fwd_grad_ms"] = bench.time(forward, rep)
             row["bwd_ms"] = bench.time_with_setup(

@@ -4,8 +4,9 @@ from ..spec import Config, KernelSpec, Param
 # Whole-row configs (row in registers) up to 16K columns forward / 8K backward (the backward
 # also holds dw and db accumulators), one looped config beyond. Forward: one program per row
 # block (PROGRAMS_PER_SM 0); backward: 4 persistent programs per SM each owning a run of rows
-# and writing fp32 dw/db partials, unpipelined (STAGES 1: 3 stages made 16384 x 4096 slower
-# on an H200, docs/perf-notes.md). The tuned table may pick others of the same kernels.
+# and writing fp32 dw/db partials, unpipelined. On an H200 3 stages lose at 4 per SM and win
+# at 1-2 per SM (1.25-2.45x from 2K to 16K columns, docs/perf-notes.md): the sm90 tuned
+# table holds those; archs without a table keep these rules.
 def _config(m, n, w, loop=False, stages=1, per_sm=0):
     return Config({"BLOCK_M": m, "BLOCK_N": n, "LOOP": loop, "STAGES": stages,
                    "PROGRAMS_PER_SM": per_sm}, num_warps=w)

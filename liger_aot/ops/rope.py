@@ -180,16 +180,17 @@ def rope_backward(dqo, dko, cos, sin, unsqueeze_dim, dtype, sections=None):
 # private takes reference counting through private torch APIs, so the backward only reuses a
 # buffer it made itself (a dtype or layout conversion) and otherwise writes a new one.
 
-def _input_grad(g, private, shape, strides, dtype):
-    """(g as the kernel reads it, the buffer for the input gradient: g itself when that is
-    allowed and g already has the gradient's strides, else a new one with them)."""
+def _input_grad(g, shape, strides, dtype):
+    """(g as the kernel reads it, the buffer for the input gradient: g itself when g is a
+    conversion made here and already has the gradient's strides, else a new one with them)."""
+    own = False
     if g.dtype != dtype:
-        g, private = g.to(dtype), True  # a fresh tensor of our own
+        g, own = g.to(dtype), True  # a fresh tensor of our own
     if g.stride(-1) != 1 and g.shape[-1] > 1:
         g = _unit_last(g)
-        private = private or g._base is None  # a full copy of our own (not a broadcast view)
+        own = own or g._base is None  # a full copy of our own (not a broadcast view)
     if g.stride() == strides:
-        return g, (g if private else torch.empty_like(g))
+        return g, (g if own else torch.empty_like(g))
     return g, torch.empty_strided(shape, strides, dtype=dtype, device=g.device)
 
 
@@ -215,9 +216,9 @@ class RoPEFunction(torch.autograd.Function):
         plan = ctx.plan
         dq = dk = None
         if dqo is not None:
-            dqo, dq = _input_grad(dqo, False, *ctx.q_meta)
+            dqo, dq = _input_grad(dqo, *ctx.q_meta)
         if dko is not None:
-            dko, dk = _input_grad(dko, False, *ctx.k_meta)
+            dko, dk = _input_grad(dko, *ctx.k_meta)
         if plan is None or (dq is None and dk is None):  # nothing to compute
             pass
         elif dq is None:  # only k has a gradient: it takes q's slot, no k heads

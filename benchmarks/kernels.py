@@ -3,6 +3,7 @@ side by side in one process on one GPU.
 
   python benchmarks/kernels.py [--ops OP,...] [--quick] [--out DIR] [--paths PATH,...]
                                [--dtype bf16|fp16|fp32] [--warmup-ms MS] [--rep-ms MS]
+                               [--graphs]
   python benchmarks/kernels.py --smoke --out DIR     # CPU, tiny shapes: checks the script only
 
 On the H200 (artifacts built for sm90, Liger-Kernel 0.8.5 installed from its wheel):
@@ -31,6 +32,10 @@ What one run does
                   buffers instead of in place (a different path from a training step), and
                   torch.compile's backward refuses it (donated buffers).
        fwd+bwd    forward then backward.
+     With --graphs, also fwd, fwd(grad) and fwd+bwd from CUDA-graph replays (bwd = fwd+bwd -
+     fwd(grad)), timed the same way: GPU work without host time. An eager do_bench window
+     holds the host's Python and autograd time whenever the GPU waits for it (session 3 on the
+     H200: ops under ~0.3 ms of GPU time, every path, read 1.5-3x their GPU time).
      The backward is torch.autograd.grad(outputs, inputs, cotangents): it returns the input
      gradients without AccumulateGrad, so nothing accumulates and .grad stays None (as it would
      with `.grad = None` before each step), and one gradient reaching two leaves (fused
@@ -84,6 +89,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import itertools
 import math
 import os
 import statistics
@@ -434,6 +440,27 @@ class Bench:
         return do_bench(fn, warmup=self.warmup_ms, rep=max(self.rep_ms, min_rep_ms),
                         return_mode="median")
 
+    def time_graph(self, fn, min_rep_ms: float = 0.0) -> Optional[float]:
+        """Median time of one CUDA-graph replay of fn (captured once after three warm-up calls
+        on a side stream), through do_bench like the other timings: the replay holds no host
+        time, so a path whose Python outlasts its kernels is timed on its GPU work alone.
+        None on CPU; raises when fn cannot be captured (e.g. it synchronizes with the host)."""
+        if self.device == "cpu":
+            return None
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        try:
+            return self.time(graph.replay, min_rep_ms)
+        finally:
+            del graph
+
     def time_with_setup(self, setup, fn, min_rep_ms: float = 0.0) -> float:
         """Median time of fn(setup()) with setup outside the timed region: do_bench's
         procedure (a first call, then warm-up and repeats, the L2 flushed before each timed
@@ -625,6 +652,8 @@ COLUMNS = ("op", "shape", "sweep_value", "standard", "path", "dtype", "status", 
            "fwd_ms", "fwd_grad_ms", "bwd_ms", "fwdbwd_ms",
            "fwd_bytes", "bwd_bytes", "fwdbwd_bytes",
            "fwd_pct_copy", "bwd_pct_copy", "fwdbwd_pct_copy",
+           "fwd_graph_ms", "fwd_grad_graph_ms", "bwd_graph_ms", "fwdbwd_graph_ms",
+           "fwd_graph_pct_copy", "bwd_graph_pct_copy", "fwdbwd_graph_pct_copy",
            "fwd_flops", "fwdbwd_flops", "fwd_tflops", "fwdbwd_tflops",
            "fwd_pct_matmul", "fwdbwd_pct_matmul",
            "peak_extra_gib", "fwd_kernels", "fwdbwd_kernels", "copy_tbps", "matmul_tflops",
@@ -640,6 +669,9 @@ def add_rates(row: dict, traffic: dict, flops: Optional[dict], copy_bw: float,
         row[f"{p}_bytes"] = nbytes
         row[f"{p}_pct_copy"] = (100 * nbytes / (ms * 1e-3) / copy_bw
                                 if nbytes and _finite(ms) and ms > 0 else None)
+        ms = row.get(f"{p}_graph_ms")
+        row[f"{p}_graph_pct_copy"] = (100 * nbytes / (ms * 1e-3) / copy_bw
+                                      if nbytes and _finite(ms) and ms > 0 else None)
     if flops:
         for p in ("fwd", "fwdbwd"):
             ms, n = row.get(f"{p}_ms"), flops.get(p)
@@ -655,8 +687,9 @@ def _finite(v) -> bool:
 
 
 def run_shape(case: Case, shape: dict, paths, dtype, device, bench: Bench, copy_bw: float,
-              mm_rate: float, log=print) -> list:
-    """Check every path at one shape, then time those that passed. One row per path."""
+              mm_rate: float, log=print, graphs: bool = False) -> list:
+    """Check every path at one shape, then time those that passed. One row per path. With
+    graphs, also from CUDA-graph replays (time_graph_columns)."""
     gen = torch.Generator(device=device)
     gen.manual_seed(0)
     if "torch.compile" in paths:
@@ -706,6 +739,8 @@ def run_shape(case: Case, shape: dict, paths, dtype, device, bench: Bench, copy_
             row["bwd_ms"] = bench.time_with_setup(
                 forward, lambda outs: torch.autograd.grad(outs, gx, cots), rep)
             row["fwdbwd_ms"] = bench.time(step, rep)
+            if graphs:
+                time_graph_columns(row, bench, no_grad_forward, forward, step, rep)
             row["peak_extra_gib"] = peak_extra(step, xs + cots, device)
             if row["standard"]:
                 row["fwd_kernels"] = count_gpu_kernels(no_grad_forward, device)
@@ -721,6 +756,24 @@ def run_shape(case: Case, shape: dict, paths, dtype, device, bench: Bench, copy_
             if device == "cuda":
                 torch.cuda.empty_cache()
     return rows
+
+
+def time_graph_columns(row: dict, bench: Bench, no_grad_forward, forward, step, rep: float):
+    """fwd, fwd(grad) and fwd+bwd from CUDA-graph replays, and bwd as fwd+bwd - fwd(grad)
+    (a backward cannot be captured apart from the forward that builds its graph). A path
+    that cannot be captured gets no graph columns and says why in its note."""
+    try:
+        row["fwd_graph_ms"] = bench.time_graph(no_grad_forward, rep)
+        row["fwd_grad_graph_ms"] = bench.time_graph(forward, rep)
+        row["fwdbwd_graph_ms"] = bench.time_graph(step, rep)
+        if _finite(row["fwdbwd_graph_ms"]) and _finite(row["fwd_grad_graph_ms"]):
+            row["bwd_graph_ms"] = row["fwdbwd_graph_ms"] - row["fwd_grad_graph_ms"]
+    except Exception as e:  # noqa: BLE001 - the eager timings stand
+        for key in ("fwd_graph_ms", "fwd_grad_graph_ms", "bwd_graph_ms", "fwdbwd_graph_ms"):
+            row.pop(key, None)
+        row["note"] = (row.get("note", "") + f" no CUDA graph: {type(e).__name__}: "
+                       f"{str(e)[:120]}").strip()
+        torch.cuda.synchronize()
 
 
 def peak_extra(step, live, device) -> Optional[float]:
@@ -881,14 +934,19 @@ def evaluate_targets(rows) -> list:
     cross-entropy's scaling with V, and the fused linear loss's time and memory."""
     lines = []
     paths = _ordered(r["path"] for r in rows)
-    for op, p, pct, words in TARGETS:
+    graphed = any(_finite(r.get("fwdbwd_graph_ms")) for r in rows)
+    for (op, p, pct, words), kind in itertools.product(TARGETS, ("", "_graph")):
+        if kind and not graphed:
+            continue
         mine = [r for r in rows if r["op"] == op]
         if not mine:
             continue
+        if kind:
+            words += " [CUDA-graph replays]"
         parts = []
         for path in paths:
-            vals = [(r["shape"], r[f"{p}_pct_copy"]) for r in mine
-                    if r["path"] == path and _finite(r.get(f"{p}_pct_copy"))]
+            vals = [(r["shape"], r[f"{p}{kind}_pct_copy"]) for r in mine
+                    if r["path"] == path and _finite(r.get(f"{p}{kind}_pct_copy"))]
             if not vals:
                 continue
             low = min(v for _, v in vals)
@@ -956,6 +1014,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rep-ms", type=float, default=50.0,
                         help="do_bench repeat time per timing (default 50; cross-entropy "
                              "at least 300, fused linear cross-entropy at least 500)")
+    parser.add_argument("--graphs", action="store_true",
+                        help="also time each path from CUDA-graph replays (columns *_graph_*, "
+                             "targets marked [CUDA-graph replays]): GPU time without the "
+                             "host time a fast op's Python can add to the eager timings")
     parser.add_argument("--smoke", action="store_true",
                         help="run on the CPU at tiny shapes (liger-aot and Liger-Kernel through "
                              "Triton's interpreter): checks the script end to end; its "
@@ -989,7 +1051,8 @@ def main(argv=None) -> list:
             t0 = time.perf_counter()
             try:
                 rows += run_shape(case, shape, args.paths, dtype, device, bench, copy_bw,
-                                  mm_rate, log=lambda s: print(s, flush=True))
+                                  mm_rate, log=lambda s: print(s, flush=True),
+                                  graphs=args.graphs)
             except Exception as e:  # noqa: BLE001 - e.g. the reference itself ran out of memory
                 print(f"{op} {case.label(shape)}: {type(e).__name__}: {e}", flush=True)
                 rows += [{"op": op, "shape": case.label(shape), "path": p, "status": "error",

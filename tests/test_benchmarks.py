@@ -118,6 +118,32 @@ def test_add_rates():
     assert row["fwd_pct_copy"] is None
 
 
+def test_graph_rates_and_targets():
+    """CUDA-graph timings get their own rates and target lines; without them, no such line."""
+    copy_bw = 4.0e12
+    row = {"fwd_ms": 0.2, "fwd_graph_ms": 0.1, "bwd_graph_ms": 0.4, "fwdbwd_graph_ms": None}
+    K.add_rates(row, {"fwd": 4e8, "bwd": 8e8, "fwdbwd": 1.2e9}, None, copy_bw, 800e12)
+    assert row["fwd_pct_copy"] == pytest.approx(50.0)
+    assert row["fwd_graph_pct_copy"] == pytest.approx(100.0)
+    assert row["bwd_graph_pct_copy"] == pytest.approx(50.0)
+    assert row["fwdbwd_graph_pct_copy"] is None
+    rows = _fake_rows()
+    assert not any("CUDA-graph" in line for line in K.evaluate_targets(rows))
+    for r in rows:
+        if r["op"] == "swiglu" and r["status"] == "ok":
+            r.update(fwd_graph_ms=0.1, fwd_grad_graph_ms=0.1, bwd_graph_ms=0.1,
+                     fwdbwd_graph_ms=r["fwdbwd_ms"] / 2)
+            K.add_rates(r, K.CASES["swiglu"].traffic(K.CASES["swiglu"].shapes[0], BF16), None,
+                        4.3e12, 790e12)
+    lines = K.evaluate_targets(rows)
+    graph_lines = [line for line in lines if "[CUDA-graph replays]" in line]
+    assert len(graph_lines) == len(K.TARGETS)
+    swiglu = next(line for line in graph_lines if line.startswith("swiglu"))
+    plain = next(line for line in lines if line.startswith("swiglu") and line not in graph_lines)
+    assert "min" in swiglu and swiglu != plain
+    assert "not measured" in next(line for line in graph_lines if line.startswith("rms_norm"))
+
+
 def test_parser_defaults_and_options(monkeypatch):
     monkeypatch.delenv("OUT", raising=False)
     args = K.build_parser().parse_args([])

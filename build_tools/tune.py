@@ -12,7 +12,6 @@ Measured in bf16; the choice serves every dtype.
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import time
@@ -178,11 +177,13 @@ def persistent_partials(t, config):
     programs, t["rows_per_program"] = persistent_grid(rows, x.get_device(),
                                                       config.constexprs["PROGRAMS_PER_SM"])
     t["programs"] = programs
+    kept = t.setdefault("partials", {})
     for name in ("dw_partial", "db_partial"):
         if name + "_ref" in t:
-            t[name] = t.setdefault("partials", {}).setdefault(
-                (name, programs),
-                torch.empty(programs, n, dtype=torch.float32, device=x.device))
+            if (name, programs) not in kept:
+                kept[name, programs] = torch.empty(programs, n, dtype=torch.float32,
+                                                   device=x.device)
+            t[name] = kept[name, programs]
 
 
 def glu_inputs(rows, n, flag, dtype, device):

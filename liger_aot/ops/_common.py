@@ -6,7 +6,25 @@ import math
 
 import torch
 
+from liger_aot.kernel_src.spec import next_power_of_2
+
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def graph_retained() -> bool:
+    """Whether the running backward keeps the graph (retain_graph / create_graph): then saved
+    tensors must survive it. True when it cannot be told (the safe answer)."""
+    try:
+        return bool(torch._C._autograd._get_current_graph_task_keep_graph())
+    except (AttributeError, RuntimeError):
+        return True
+
+
+def liger_chunk_rows(n_rows: int, hidden: int, vocab: int) -> int:
+    """Tokens per chunk of a fused linear loss so a chunk's logits take about as much memory
+    as the input: the power of two >= n_rows / ceil(vocab / hidden) (Liger-Kernel's choice)."""
+    inc = max(1, -(-vocab // max(hidden, 1)))
+    return next_power_of_2(max(1, -(-n_rows // inc)))
 
 
 def check_float(name: str, t: torch.Tensor):

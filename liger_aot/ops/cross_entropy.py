@@ -32,8 +32,8 @@ from torch.autograd.function import once_differentiable
 from liger_aot.kernel_src.cross_entropy import spec
 from liger_aot.runtime import Kernel
 
-from ._common import (check_float, check_same_device, check_tensor, last_dim_contiguous,
-                      multiprocessor_count)
+from ._common import (check_float, check_same_device, check_tensor, graph_retained,
+                      last_dim_contiguous, multiprocessor_count)
 
 _fwd = Kernel(spec.FWD)
 _scale = Kernel(spec.SCALE)
@@ -164,15 +164,6 @@ def reduce_rows(loss_rows, z_rows, acc_rows, reduction, scales):
         loss = loss + z
     acc = None if acc_rows is None else acc_rows.sum() * scales[1]
     return loss, z, acc
-
-
-def graph_retained() -> bool:
-    """Whether the running backward keeps the graph (retain_graph / create_graph): then saved
-    tensors must survive it. True when it cannot be told (the safe answer)."""
-    try:
-        return bool(torch._C._autograd._get_current_graph_task_keep_graph())
-    except (AttributeError, RuntimeError):
-        return True
 
 
 def scale_grad(grad: torch.Tensor, grad_output: torch.Tensor, per_row: bool,

@@ -27,10 +27,11 @@ from typing import Optional
 import torch
 from torch.autograd.function import once_differentiable
 
-from ._common import check_float, check_same_device, check_same_dtype, check_tensor
+from ._common import (check_float, check_same_device, check_same_dtype, check_tensor,
+                      graph_retained, liger_chunk_rows)
 from .cross_entropy import (CrossEntropyOutput, check_class_weight, check_options,
-                            graph_retained, kernel_flags, launch_rows, needs_scales,
-                            reduce_rows, reduction_scales, scale_grad)
+                            kernel_flags, launch_rows, needs_scales, reduce_rows,
+                            reduction_scales, scale_grad)
 
 # Chunk policy (chunk_rows). A chunk's logits, (C, V) in the input dtype, are the op's only
 # memory beyond what Liger-Kernel's fused linear cross entropy also holds (grad_x (BT, H) and
@@ -65,10 +66,6 @@ MIN_CHUNK_BYTES = 16 << 20
 ACCUM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def _next_power_of_2(n: int) -> int:
-    return 1 << max(0, n - 1).bit_length()
-
-
 def chunk_rows(n_rows: int, n_cols: int, itemsize: int, chunk_size: int = 0, *,
                hidden: int = 0) -> int:
     """Rows per chunk of n_rows tokens against a vocabulary of n_cols, logits of itemsize
@@ -81,8 +78,7 @@ def chunk_rows(n_rows: int, n_cols: int, itemsize: int, chunk_size: int = 0, *,
     row_bytes = max(1, n_cols * itemsize)
     cap = max(1, CHUNK_BYTES // row_bytes)
     if hidden > 0:
-        liger_rows = _next_power_of_2(-(-n_rows // max(1, -(-n_cols // hidden))))
-        budget = max(hidden * hidden // HIDDEN_REF, liger_rows,
+        budget = max(hidden * hidden // HIDDEN_REF, liger_chunk_rows(n_rows, hidden, n_cols),
                      MIN_CHUNK_BYTES // row_bytes)
         cap = max(1, min(cap, budget))
     if n_rows <= cap:

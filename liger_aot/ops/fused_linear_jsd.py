@@ -20,20 +20,16 @@ from typing import Optional
 import torch
 
 from liger_aot.kernel_src.jsd import spec
-from liger_aot.kernel_src.spec import next_power_of_2
 from liger_aot.runtime import Kernel
 
-from ._common import check_float, check_same_device, check_tensor
+from ._common import check_float, check_same_device, check_tensor, liger_chunk_rows
 from .jsd import check_beta, check_labels, label_args
 
 _rows = Kernel(spec.FUSED_LINEAR_ROWS)
 
 
-def default_chunk_size(n_rows: int, hidden: int, vocab: int) -> int:
-    """Tokens per chunk so a chunk's logits take about as much memory as the input: the
-    power of two >= n_rows / ceil(vocab / hidden) (Liger-Kernel's choice)."""
-    inc = max(1, -(-vocab // max(hidden, 1)))
-    return next_power_of_2(max(1, -(-n_rows // inc)))
+# Tokens per chunk: Liger-Kernel's choice (see _common.liger_chunk_rows).
+default_chunk_size = liger_chunk_rows
 
 
 def fused_linear_jsd_forward(s_in, s_w, t_in, t_w, labels, beta, ignore_index, temperature,

@@ -12,7 +12,7 @@ from liger_aot.kernel_src.swiglu import spec
 from liger_aot.runtime import Kernel
 
 from ._common import (SUPPORTED_DTYPES, check_float, check_same_device, check_same_dtype,
-                      check_same_shape, row_stride, rows_view)
+                      check_same_shape, graph_retained, row_stride, rows_view)
 
 _fwd = Kernel(spec.FWD)
 _bwd = Kernel(spec.BWD)
@@ -133,8 +133,6 @@ def _may_overwrite(a2, b2, dtype) -> bool:
     pa, pb = a2.data_ptr(), b2.data_ptr()
     if pa < pb + size and pb < pa + size:
         return False
-    from .cross_entropy import graph_retained
-
     return not graph_retained()
 
 

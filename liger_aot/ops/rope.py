@@ -142,12 +142,19 @@ def _launch(qo, ko, q, k, cos, sin, unsqueeze_dim, sections, backward):
         _run(plan, cos, sin, qo, ko, q, k, _heads(q, unsqueeze_dim), n_k, int(backward))
 
 
-def rope_forward(q, k, cos, sin, unsqueeze_dim, sections=None):
-    q = _unit_last(q)
-    k = _unit_last(k)
+def _forward(q, k, cos, sin, unsqueeze_dim, sections):
+    """(rope(q), rope(k) in q's and k's layouts, the launch plan: None when nothing ran)."""
+    q, k = _unit_last(q), _unit_last(k)
     qo, ko = _out(q), _out(k)
-    _launch(qo, ko, q, k, cos, sin, unsqueeze_dim, sections, backward=False)
-    return qo, ko
+    plan = _plan(q, k, cos, sin, unsqueeze_dim, sections)
+    if plan is not None:
+        _run(plan, cos, sin, qo, ko, q, k, _heads(q, unsqueeze_dim), _heads(k, unsqueeze_dim),
+             0)
+    return qo, ko, plan
+
+
+def rope_forward(q, k, cos, sin, unsqueeze_dim, sections=None):
+    return _forward(q, k, cos, sin, unsqueeze_dim, sections)[:2]
 
 
 def rope_backward(dqo, dko, cos, sin, unsqueeze_dim, dtype, sections=None):
@@ -198,14 +205,10 @@ class RoPEFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, cos, sin, unsqueeze_dim, sections=None):
         ctx.set_materialize_grads(False)  # an unused output's gradient stays None
-        q2, k2 = _unit_last(q), _unit_last(k)
-        qo, ko = _out(q2), _out(k2)
-        plan = _plan(q2, k2, cos, sin, unsqueeze_dim, sections)
-        n_q, n_k = _heads(q, unsqueeze_dim), _heads(k, unsqueeze_dim)
-        if plan is not None:
-            _run(plan, cos, sin, qo, ko, q2, k2, n_q, n_k, 0)
+        qo, ko, plan = _forward(q, k, cos, sin, unsqueeze_dim, sections)
         ctx.save_for_backward(cos, sin)
-        ctx.plan, ctx.n_q, ctx.n_k = plan, n_q, n_k
+        ctx.plan = plan
+        ctx.n_q, ctx.n_k = _heads(q, unsqueeze_dim), _heads(k, unsqueeze_dim)
         ctx.q_meta = (q.shape, _grad_strides(q, qo), q.dtype)
         ctx.k_meta = (k.shape, _grad_strides(k, ko), k.dtype)
         return qo, ko

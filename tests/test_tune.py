@@ -235,7 +235,7 @@ def test_build_compiles_the_tuned_configs(tables, tmp_path, tmp_path_factory, mo
 # -- candidates -----------------------------------------------------------------------------
 
 FLAG_WHOLE_ROW_MAX = {"rms_norm_fwd": rms.RESIDUAL_MAX_BLOCK_N,
-                      "rms_norm_bwd": rms.DRES_MAX_WHOLE_ROW}
+                      "rms_norm_bwd": rms.RESIDUAL_MAX_BLOCK_N}
 
 
 @pytest.mark.parametrize("name", list(tune.CASES))

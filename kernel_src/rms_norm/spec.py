@@ -20,12 +20,13 @@ _WHOLE_ROW = tuple(_fwd(m, n, w) for m, n, w in (
 _LOOPED = _fwd(1, 4096, 8, loop=True)
 CONFIGS = _WHOLE_ROW + (_LOOPED,)
 
-# Widest whole-row tile that carries the fused residual path (kernels.py compiles it out of
-# wider ones, which have no registers to spare); the rule sends fused calls of rows over
-# RESIDUAL_MAX_WHOLE_ROW to the looped config, a tuned table may pick up to this width.
+# Widest whole-row tile that carries the fused residual path, forward (residual) and
+# backward (its gradient dres): kernels.py compiles it out of wider ones, which have no
+# registers to spare. The rules send fused calls of rows over RESIDUAL_MAX_WHOLE_ROW to the
+# looped config (8K on 16 warps: no spills on sm90, forward or backward); a tuned table may
+# pick up to RESIDUAL_MAX_BLOCK_N.
 RESIDUAL_MAX_BLOCK_N = 16384
 RESIDUAL_MAX_WHOLE_ROW = 8192
-DRES_MAX_WHOLE_ROW = 4096
 
 
 def select_config(n_cols: int, residual: bool = False) -> Config:
@@ -55,7 +56,7 @@ BWD_CONFIGS = _BWD_WHOLE_ROW + (_BWD_LOOPED,)
 
 
 def select_bwd_config(n_cols: int, dres: bool = False) -> Config:
-    if dres and n_cols > DRES_MAX_WHOLE_ROW:
+    if dres and n_cols > RESIDUAL_MAX_WHOLE_ROW:
         return _BWD_LOOPED
     for config in _BWD_WHOLE_ROW:
         if n_cols <= config.constexprs["BLOCK_N"]:

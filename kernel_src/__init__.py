@@ -10,7 +10,7 @@ import importlib
 
 FAMILIES = ("rms_norm", "layer_norm", "group_norm", "poly_norm", "dyt", "rope", "llama4_rope",
             "swiglu", "relu_squared", "softmax", "sparsemax", "cross_entropy", "kl_div", "jsd",
-            "tvd")
+            "tvd", "column_sum")
 
 
 def family_spec_module(family: str):

@@ -53,20 +53,39 @@ def check(ours, ref, *inputs, dtype, scalar=False):
 DTYPES = [torch.float32, torch.bfloat16]
 
 
-@pytest.mark.parametrize("hidden", [2880, 4096, 5120, 8192])
+# hidden sizes: whole-row backwards up to 16K columns, looped ones beyond (20000, 65536)
+@pytest.mark.parametrize("hidden", [2880, 4096, 5120, 8192, 16384, 20000, 65536])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_norms(hidden, dtype):
     from liger_aot.ops.layer_norm import layer_norm
-    from liger_aot.ops.rms_norm import rms_norm
+    from liger_aot.ops.rms_norm import fused_add_rms_norm, rms_norm
 
-    x = torch.randn(1024, hidden, device=DEV, dtype=dtype)
+    rows = 1024 if hidden <= 8192 else 300
+    x = torch.randn(rows, hidden, device=DEV, dtype=dtype)
+    r = torch.randn(rows, hidden, device=DEV, dtype=dtype)
     w = torch.randn(hidden, device=DEV, dtype=dtype)
     b = torch.randn(hidden, device=DEV, dtype=dtype)
-    check(lambda x, w: rms_norm(x, w, 1e-6, in_place=False),
-          lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w,
-          x, w, dtype=dtype)
+
+    def rms_ref(s, w):
+        return s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+    check(lambda x, w: rms_norm(x, w, 1e-6, in_place=False), rms_ref, x, w, dtype=dtype)
     check(lambda x, w, b: layer_norm(x, w, b, 1e-6),
           lambda x, w, b: F.layer_norm(x, (hidden,), w, b, 1e-6), x, w, b, dtype=dtype)
+    # both outputs used, so the residual's gradient (dres) flows through the backward
+    check(lambda x, r, w: sum(fused_add_rms_norm(x, r, w, 1e-6)),
+          lambda x, r, w: rms_ref(x + r, w) + (x + r), x, r, w, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sum_partials(dtype):
+    from liger_aot.ops._common import sum_partials
+
+    for parts, n in ((264, 4096), (528, 1024), (132, 65536), (7, 100)):
+        p, q = torch.randn(2, parts, n, device=DEV).unbind(0)
+        out, out2 = sum_partials(p, dtype, q)
+        assert rel(out, p.double().sum(0)) < tol(dtype)
+        assert rel(out2, q.double().sum(0)) < tol(dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

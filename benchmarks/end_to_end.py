@@ -39,6 +39,9 @@ the parent's spawn time gives the interpreter start-up too):
   optim        AdamW (torch's default implementation) and the fixed batches on the device
   first step   forward with labels -> loss, backward, optimizer.step, zero_grad, synchronize
   to 1st done  spawn -> end of the first step
+  step split   host seconds of the first and second steps by phase: forward to the loss,
+               backward, optimizer step + zero_grad, then the wait for the GPU (no
+               synchronization is added inside a step: a phase's host time, not its GPU time)
 then --warmup more steps, then --steps timed steps: tok/s = batch * seq * steps / time;
 peak = torch.cuda.max_memory_allocated over the whole run (GiB); the loss of every step.
 Data: the same seeded batches in every mode (counting sequences from random starts, a
@@ -339,19 +342,34 @@ def _child_run(spec: dict, result: dict, mark):
 
     losses = []
 
-    def train_step(ids):
+    def train_step(ids, split=None):
+        t0 = time.perf_counter()
         loss = model(input_ids=ids, labels=ids).loss
+        t1 = time.perf_counter()
         loss.backward()
+        t2 = time.perf_counter()
         optim.step()
         optim.zero_grad(set_to_none=True)
         losses.append(loss.detach())
+        if split is not None:  # host time per phase; no added synchronization
+            split.update(forward=t1 - t0, backward=t2 - t1, optimizer=time.perf_counter() - t2)
 
-    train_step(data[0])
-    _sync(device)
+    def timed_step(ids):
+        split = {}
+        train_step(ids, split)
+        t = time.perf_counter()
+        _sync(device)
+        split["gpu_wait"] = time.perf_counter() - t
+        return split
+
+    result["step_split"] = {"first": timed_step(data[0])}
     mark("first_step")
 
     for i in range(warmup):
-        train_step(data[1 + i])
+        if i == 0:
+            result["step_split"]["second"] = timed_step(data[1])
+        else:
+            train_step(data[1 + i])
     _sync(device)
     start = time.perf_counter()
     for i in range(steps):
@@ -744,6 +762,22 @@ def cold_table(results: list) -> str:
     return format_table(headers, rows)
 
 
+SPLIT = ("forward", "backward", "optimizer", "gpu_wait")
+
+
+def split_table(results: list) -> str:
+    """Host seconds per phase of the first and second training steps: where a cold step's
+    one-time costs (module loads, cuBLAS set-up, allocator growth) sit."""
+    headers = ["model", "mode", *(f"1st {k}" for k in SPLIT), *(f"2nd {k}" for k in SPLIT)]
+    rows = []
+    for r in results:
+        split = r.get("step_split") or {}
+        first, second = split.get("first") or {}, split.get("second") or {}
+        rows.append([r["model"], r["mode"], *(_fmt(first.get(k), digits=3) for k in SPLIT),
+                     *(_fmt(second.get(k), digits=3) for k in SPLIT)])
+    return format_table(headers, rows)
+
+
 def steady_table(results: list, loss_steps: int = 5) -> str:
     headers = ["model", "mode", "tok/s", "x hf", "x liger-kernel", "peak GiB", "x hf",
                "x liger-kernel", *(f"loss{i}" for i in range(loss_steps)), "max rel diff",
@@ -789,6 +823,9 @@ def report_text(results: list, loss_steps: int = 5, meta: dict | None = None) ->
     lines += ["", "Cold start (seconds; fresh process each; 'x hf' = first step / HF's first "
               "step; 'x hf 1st' = (lib+patch+first step) / HF's first step)",
               cold_table(results), "",
+              "First and second step, host seconds per phase (forward to the loss, backward, "
+              "optimizer step + zero_grad, then waiting for the GPU; no added synchronization)",
+              split_table(results), "",
               "Steady state (tok/s over the timed steps; peak = whole-run "
               "max_memory_allocated)", steady_table(results, loss_steps)]
     g = goals(results)

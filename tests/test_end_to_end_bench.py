@@ -238,6 +238,10 @@ def test_report_text(e2e):
     assert "53,000" in text and "0.96x" in text  # tok/s and the first-step ratio
     lines = e2e.cold_table(rs).splitlines()
     assert len(lines) == 2 + len(rs)
+    rs[0]["step_split"] = dict(first=dict(forward=1.25, backward=0.5, optimizer=0.25,
+                                          gpu_wait=0.125))
+    split = e2e.split_table(rs).splitlines()
+    assert len(split) == 2 + len(rs) and "1.250" in split[2] and split[3].count("-") >= 8
     assert len({len(line) for line in lines}) == 1  # aligned columns
 
 
@@ -297,6 +301,11 @@ def test_cpu_tiny_run_end_to_end(tmp_path):
     assert r["first_step_s"] > 0 and r["tok_s"] > 0 and r["to_first_step_done_s"] > 0
     assert set(e2e_phases()) <= set(r["phases"])
     assert r["jit_files"] == 0 and r["liger_modules"] == 0
+    # --warmup 0: only the first step is split; its phases sum to at most the step
+    assert set(r["step_split"]) == {"first"}
+    assert set(r["step_split"]["first"]) == {"forward", "backward", "optimizer", "gpu_wait"}
+    assert 0 < sum(r["step_split"]["first"].values()) <= r["first_step_s"]
+    assert "1st forward" in proc.stdout
     assert (tmp_path / "end_to_end.csv").exists()
     assert (tmp_path / "logs" / "qwen2_5_0_5b_hf.log").exists()
 

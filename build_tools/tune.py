@@ -37,13 +37,15 @@ DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp
 # -- candidates: configs a kernel supports for every row of at most `bucket` columns -------
 
 def row_configs(bucket: int, flag: bool = False, *, max_tile: int, whole_row_max: int,
-                flag_whole_row_max: int | None = None, loop_from: int, launches=None):
+                flag_whole_row_max: int | None = None, loop_from: int, loop_rows=(1,),
+                loop_max_tile: int = 0, launches=None):
     """Configs of a row kernel with BLOCK_M, BLOCK_N and LOOP constexprs: whole-row tiles
     (BLOCK_N == bucket, BLOCK_M rows, at most max_tile elements) for buckets up to
     whole_row_max (flag_whole_row_max when the rule's flag is set: kernels that compile the
-    flag's path out of wider tiles), looped rows of 4096-16384 columns for buckets from
-    loop_from; 8-32 elements per thread. Kernels with STAGES and PROGRAMS_PER_SM constexprs
-    take each launch shape `launches(tile, loop)` yields as (STAGES, PROGRAMS_PER_SM)."""
+    flag's path out of wider tiles), looped rows for buckets from loop_from (see
+    _looped_tiles; loop_rows: the BLOCK_M values a kernel's loop takes); 8-32 elements per
+    thread. Kernels with STAGES and PROGRAMS_PER_SM constexprs take each launch shape
+    `launches(tile, loop)` yields as (STAGES, PROGRAMS_PER_SM)."""
     def shaped(constexprs, warps):
         if launches is None:
             yield Config(constexprs, num_warps=warps)
@@ -64,11 +66,26 @@ def row_configs(bucket: int, flag: bool = False, *, max_tile: int, whole_row_max
                     yield from shaped({"BLOCK_M": block_m, "BLOCK_N": bucket, "LOOP": False},
                                       warps)
     if bucket >= loop_from:
-        for block_n in (4096, 8192, 16384):
-            for warps in (8, 16):
-                if block_n < bucket and 8 <= block_n // (32 * warps) <= 32:
-                    yield from shaped({"BLOCK_M": 1, "BLOCK_N": block_n, "LOOP": True},
-                                      warps)
+        for block_m, block_n, warps in _looped_tiles(bucket, loop_rows, loop_max_tile):
+            yield from shaped({"BLOCK_M": block_m, "BLOCK_N": block_n, "LOOP": True}, warps)
+
+
+def _looped_tiles(bucket: int, loop_rows, loop_max_tile: int):
+    """(BLOCK_M, BLOCK_N, warps) of looped rows shorter than the bucket: one row of
+    4096-16384 columns at 8-32 elements a thread; several rows (loop_rows beyond 1) in tiles
+    of at most loop_max_tile elements at 16 a thread (on sm90, pass 2 of the norm backwards
+    needs 160-200 registers a thread at 32, and LayerNorm's spills at 8)."""
+    for block_n in (4096, 8192, 16384):
+        for warps in (8, 16):
+            if block_n < bucket and 8 <= block_n // (32 * warps) <= 32:
+                yield 1, block_n, warps
+    for block_m in loop_rows:
+        if block_m == 1:
+            continue
+        for block_n in (1024, 2048, 4096):
+            warps = block_m * block_n // (32 * 16)
+            if block_n < bucket and block_m * block_n <= loop_max_tile and warps in (8, 16):
+                yield block_m, block_n, warps
 
 
 def forward_launches(tile: int, loop: bool):
@@ -89,9 +106,17 @@ def forward_launches(tile: int, loop: bool):
 
 def backward_launches(tile: int, loop: bool):
     """(STAGES, PROGRAMS_PER_SM) of a norm backward (persistent; two tensors, x and dy, a
-    stage)."""
+    stage). Looped tiles over 4096 elements skip 4 programs an SM and 3 stages at 2 an SM:
+    such programs are not resident together on an sm90 SM (ptxas: 64-250 registers a thread
+    at 256-512 threads; at 3 stages 104-240 KB of shared memory and 80-125 registers)."""
     if loop:
-        yield from ((1, 2), (1, 4), (3, 1), (3, 2))
+        wide = tile > 4096
+        yield 1, 2
+        if not wide:
+            yield 1, 4
+        yield 3, 1
+        if not wide:
+            yield 3, 2
         return
     yield from ((1, 4), (3, 1), (3, 2))
     if tile <= 4096:
@@ -303,9 +328,11 @@ _NORM_NS = (1024, 2048, 4096, 8192, 16384, 32768, 65536)
 _FWD_LIMITS = {"max_tile": 32768, "whole_row_max": 32768, "loop_from": 8192,
                "launches": forward_launches}
 # Backward whole rows up to 16K columns: on 32 warps, 16 elements a thread of x, dy, w and
-# the dw accumulator (within the 64 registers a thread has at 1024 threads an SM).
+# the dw accumulator (within the 64 registers a thread has at 1024 threads an SM). Looped
+# backwards also take 2 or 4 rows a step (one read-modify-write of the dw partial row for
+# them all) in tiles of up to 8K elements.
 _BWD_LIMITS = {"max_tile": 16384, "whole_row_max": 16384, "loop_from": 8192,
-               "launches": backward_launches}
+               "loop_rows": (1, 2, 4), "loop_max_tile": 8192, "launches": backward_launches}
 
 CASES = {case.spec.name: case for case in (
     _rows_case(rms_norm.FWD, _shapes(_NORM_NS, flag_ns=_NORM_NS), rms_norm_inputs,

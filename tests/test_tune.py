@@ -236,6 +236,7 @@ def test_build_compiles_the_tuned_configs(tables, tmp_path, tmp_path_factory, mo
 
 FLAG_WHOLE_ROW_MAX = {"rms_norm_fwd": rms.RESIDUAL_MAX_BLOCK_N,
                       "rms_norm_bwd": rms.RESIDUAL_MAX_BLOCK_N}
+LOOP_ROWS = {"rms_norm_bwd", "layer_norm_bwd"}  # looped kernels that take BLOCK_M rows a step
 
 
 @pytest.mark.parametrize("name", list(tune.CASES))
@@ -261,7 +262,10 @@ def test_candidates_are_configs_the_kernel_supports(name):
                 if "LOOP" not in keys:  # gated activations: a 2-D grid covers any row
                     assert m * n <= 4096, c.tag
                 elif c.constexprs["LOOP"]:
-                    assert m == 1 and n < bucket, c.tag  # one row per program, looping
+                    assert n < bucket, c.tag  # looping over the row's column blocks
+                    # one row a step, or 2-4 in tiles of at most 8K elements
+                    assert m == 1 or (name in LOOP_ROWS and m in (2, 4) and m * n <= 8192), \
+                        c.tag
                 else:
                     assert n >= bucket and m * n <= 32768, c.tag  # the whole row in the tile
                     if flag:  # wider tiles compile the residual path out

@@ -113,40 +113,50 @@ def layer_norm_bwd(DX, DW_PARTIAL, DB_PARTIAL, DY, X, W, MEAN, RSTD, n_rows, n_c
         tl.store(dw_row + cols, tl.sum(dw, axis=0), mask=col_mask)
         tl.store(db_row + cols, tl.sum(db, axis=0), mask=col_mask)
     else:
+        # Long rows, BLOCK_M at a time: pass 1 takes each row's two sums over its column
+        # blocks; pass 2 writes dx and adds the block's column sums of dy * xhat and dy to
+        # the partial rows in global memory, one read-modify-write each per column block for
+        # BLOCK_M rows.
         for c0 in range(0, n_cols, BLOCK_N):
             c = c0 + cols
             tl.store(dw_row + c, tl.zeros([BLOCK_N], dtype=tl.float32), mask=c < n_cols)
             tl.store(db_row + c, tl.zeros([BLOCK_N], dtype=tl.float32), mask=c < n_cols)
-        for step in range(0, rows_per_program):
-            row = first + step
-            live = row < last  # masks the tail of the last program's rows
-            mean = tl.load(MEAN + row, mask=live, other=0.0)
-            rstd = tl.load(RSTD + row, mask=live, other=0.0)
-            x_row = X + row * stride_x
-            dy_row = DY + row * stride_dy
-            acc1 = tl.zeros([BLOCK_N], dtype=tl.float32)
-            acc2 = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for step in range(0, rows_per_program, BLOCK_M):
+            rows = first + step + tl.arange(0, BLOCK_M)
+            live = rows < last  # masks rows past the program's run (and past n_rows)
+            mean = tl.load(MEAN + rows, mask=live, other=0.0)[:, None]
+            rstd = tl.load(RSTD + rows, mask=live, other=0.0)[:, None]
+            x_rows = X + rows[:, None] * stride_x
+            dy_rows = DY + rows[:, None] * stride_dy
+            acc1 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+            acc2 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
             for c0 in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
-                c = c0 + cols
-                m = (c < n_cols) & live
-                w = tl.load(W + c, mask=m, other=0.0).to(tl.float32)
-                x = tl.load(x_row + c, mask=m, other=0.0).to(tl.float32)
-                dy = tl.load(dy_row + c, mask=m, other=0.0).to(tl.float32)
+                c = (c0 + cols)[None, :]
+                mask = live[:, None] & (c < n_cols)
+                w = tl.load(W + c, mask=c < n_cols, other=0.0).to(tl.float32)
+                x = tl.load(x_rows + c, mask=mask, other=0.0).to(tl.float32)
+                dy = tl.load(dy_rows + c, mask=mask, other=0.0).to(tl.float32)
                 g = dy * w
                 acc1 += g * ((x - mean) * rstd)
                 acc2 += g
-            c1 = tl.sum(acc1, axis=0) / n_cols
-            c2 = tl.sum(acc2, axis=0) / n_cols
+            c1 = tl.sum(acc1, axis=1)[:, None] / n_cols
+            c2 = tl.sum(acc2, axis=1)[:, None] / n_cols
             for c0 in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
-                c = c0 + cols
-                m = (c < n_cols) & live
-                w = tl.load(W + c, mask=m, other=0.0).to(tl.float32)
-                x = tl.load(x_row + c, mask=m, other=0.0).to(tl.float32)
-                dy = tl.load(dy_row + c, mask=m, other=0.0).to(tl.float32)
+                # [1, BLOCK_N] columns (not a vector) keep w and the partial rows in the
+                # tile's layout: no layout conversions through shared memory
+                c = (c0 + cols)[None, :]
+                col_mask = c < n_cols
+                mask = live[:, None] & col_mask
+                w = tl.load(W + c, mask=col_mask, other=0.0).to(tl.float32)
+                x = tl.load(x_rows + c, mask=mask, other=0.0).to(tl.float32)
+                dy = tl.load(dy_rows + c, mask=mask, other=0.0).to(tl.float32)
                 xhat = (x - mean) * rstd
                 dx = rstd * (dy * w - c2 - xhat * c1)
-                tl.store(DX + row * stride_dx + c, dx.to(DX.dtype.element_ty), mask=m)
-                dw = tl.load(dw_row + c, mask=m, other=0.0)
-                tl.store(dw_row + c, dw + dy * xhat, mask=m)
-                db = tl.load(db_row + c, mask=m, other=0.0)
-                tl.store(db_row + c, db + dy, mask=m)
+                tl.store(DX + rows[:, None] * stride_dx + c, dx.to(DX.dtype.element_ty),
+                         mask=mask)
+                # dead rows and columns loaded dy = 0: they add nothing to the column sums
+                dw = tl.load(dw_row + c, mask=col_mask, other=0.0)
+                tl.store(dw_row + c, dw + tl.sum(dy * xhat, axis=0, keep_dims=True),
+                         mask=col_mask)
+                db = tl.load(db_row + c, mask=col_mask, other=0.0)
+                tl.store(db_row + c, db + tl.sum(dy, axis=0, keep_dims=True), mask=col_mask)

@@ -6,7 +6,10 @@ from ..spec import Config, KernelSpec, Param
 # block (PROGRAMS_PER_SM 0); backward: 4 persistent programs per SM each owning a run of rows
 # and writing fp32 dw/db partials, unpipelined. On an H200 3 stages lose at 4 per SM and win
 # at 1-2 per SM (1.25-2.45x from 2K to 16K columns, docs/perf-notes.md): the sm90 tuned
-# table holds those; archs without a table keep these rules.
+# table holds those; archs without a table keep these rules. The looped backward takes 2 rows
+# a step, which halves its per-row read-modify-write of the fp32 dw and db partial rows: at
+# [2, 2048] on 8 warps it needs 64 registers a thread for sm90/sm80 (4 programs an SM fit;
+# [4, 1024] needs 106-109, which fits 2).
 def _config(m, n, w, loop=False, stages=1, per_sm=0):
     return Config({"BLOCK_M": m, "BLOCK_N": n, "LOOP": loop, "STAGES": stages,
                    "PROGRAMS_PER_SM": per_sm}, num_warps=w)
@@ -18,7 +21,7 @@ CONFIGS = _WHOLE_ROW + (_LOOPED,)
 
 _BWD_WHOLE_ROW = tuple(_config(m, n, w, per_sm=4)
                        for m, n, w in ((4, 1024, 8), (1, 4096, 8), (1, 8192, 16)))
-_BWD_LOOPED = _config(1, 4096, 8, loop=True, per_sm=4)
+_BWD_LOOPED = _config(2, 2048, 8, loop=True, per_sm=4)
 BWD_CONFIGS = _BWD_WHOLE_ROW + (_BWD_LOOPED,)
 
 

@@ -160,39 +160,48 @@ def rms_norm_bwd(DX, DW_PARTIAL, DY, X, W, RSTD, n_rows, n_cols, stride_dx, stri
             dw += dyf * xhat
         tl.store(dw_row + cols, tl.sum(dw, axis=0), mask=col_mask)
     else:
+        # Long rows, BLOCK_M at a time: pass 1 takes each row's dot over its column blocks;
+        # pass 2 writes dx and adds the block's column sums of dy * xhat to the partial row
+        # in global memory, one read-modify-write per column block for BLOCK_M rows.
         for c0 in range(0, n_cols, BLOCK_N):
             c = c0 + cols
             tl.store(dw_row + c, tl.zeros([BLOCK_N], dtype=tl.float32), mask=c < n_cols)
-        for step in range(0, rows_per_program):
-            row = first + step
-            live = row < last  # masks the tail of the last program's rows
-            rstd = tl.load(RSTD + row, mask=live, other=0.0)
-            x_row = X + row * stride_x
-            dy_row = DY + row * stride_dy
-            acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for step in range(0, rows_per_program, BLOCK_M):
+            rows = first + step + tl.arange(0, BLOCK_M)
+            live = rows < last  # masks rows past the program's run (and past n_rows)
+            rstd = tl.load(RSTD + rows, mask=live, other=0.0)[:, None]
+            x_rows = X + rows[:, None] * stride_x
+            dy_rows = DY + rows[:, None] * stride_dy
+            acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
             for c0 in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
-                c = c0 + cols
-                m = (c < n_cols) & live
-                w = tl.load(W + c, mask=m, other=0.0).to(tl.float32) + offset
-                xf = tl.load(x_row + c, mask=m, other=0.0).to(tl.float32)
-                dyf = tl.load(dy_row + c, mask=m, other=0.0).to(tl.float32)
+                c = (c0 + cols)[None, :]
+                mask = live[:, None] & (c < n_cols)
+                w = tl.load(W + c, mask=c < n_cols, other=0.0).to(tl.float32) + offset
+                xf = tl.load(x_rows + c, mask=mask, other=0.0).to(tl.float32)
+                dyf = tl.load(dy_rows + c, mask=mask, other=0.0).to(tl.float32)
                 acc += dyf * w * xf
-            dot = tl.sum(acc, axis=0) / n_cols
+            dot = tl.sum(acc, axis=1)[:, None] / n_cols
             for c0 in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
-                c = c0 + cols
-                m = (c < n_cols) & live
-                w = tl.load(W + c, mask=m, other=0.0).to(tl.float32) + offset
-                x = tl.load(x_row + c, mask=m, other=0.0)
+                # [1, BLOCK_N] columns (not a vector) keep w and the partial row in the
+                # tile's layout: no layout conversions through shared memory
+                c = (c0 + cols)[None, :]
+                col_mask = c < n_cols
+                mask = live[:, None] & col_mask
+                w = tl.load(W + c, mask=col_mask, other=0.0).to(tl.float32) + offset
+                x = tl.load(x_rows + c, mask=mask, other=0.0)
                 xf = x.to(tl.float32)
-                dyf = tl.load(dy_row + c, mask=m, other=0.0).to(tl.float32)
+                dyf = tl.load(dy_rows + c, mask=mask, other=0.0).to(tl.float32)
                 dx = rstd * (dyf * w - xf * rstd * rstd * dot)
                 if has_dres != 0:
-                    dx += tl.load(DRES + row * stride_dres + c, mask=m, other=0.0
-                                  ).to(tl.float32)
-                tl.store(DX + row * stride_dx + c, dx.to(DX.dtype.element_ty), mask=m)
+                    dx += tl.load(DRES + rows[:, None] * stride_dres + c, mask=mask,
+                                  other=0.0).to(tl.float32)
+                tl.store(DX + rows[:, None] * stride_dx + c, dx.to(DX.dtype.element_ty),
+                         mask=mask)
                 if CASTING == 0:
                     xhat = (xf * rstd).to(x.dtype).to(tl.float32)
                 else:
                     xhat = xf * rstd
-                dw = tl.load(dw_row + c, mask=m, other=0.0)
-                tl.store(dw_row + c, dw + dyf * xhat, mask=m)
+                # dead rows loaded dy = 0: they add nothing to the column sums
+                dw = tl.load(dw_row + c, mask=col_mask, other=0.0)
+                tl.store(dw_row + c, dw + tl.sum(dyf * xhat, axis=0, keep_dims=True),
+                         mask=col_mask)

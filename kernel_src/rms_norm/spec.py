@@ -43,6 +43,10 @@ def select_config(n_cols: int, residual: bool = False) -> Config:
 # from 1K columns. Whole rows up to 8K keep 3 row blocks' loads in flight (STAGES): on an
 # H200 that took 16384 x 4096 from 65% to 80% of copy, best with 2 programs per SM from 2K
 # columns and 4 below (benchmarks/pipeline_experiment.py, docs/perf-notes.md).
+# Looped rows read-modify-write the fp32 dw partial row in global memory once per column
+# block and step: 4 rows a step make that a quarter of the traffic of one row a step. [4, 1024]
+# on 8 warps is 16 elements a thread, 128 registers for sm90 without spills (2 programs an SM
+# fit); [4, 4096] would be 64 a thread.
 def _bwd(m, n, w, loop=False, stages=3, per_sm=2):
     return Config({"BLOCK_M": m, "BLOCK_N": n, "LOOP": loop, "STAGES": stages,
                    "PROGRAMS_PER_SM": per_sm}, num_warps=w)
@@ -51,7 +55,7 @@ def _bwd(m, n, w, loop=False, stages=3, per_sm=2):
 _BWD_WHOLE_ROW = tuple(_bwd(m, n, w, per_sm=4 if n <= 2048 else 2) for m, n, w in (
     (8, 128, 4), (4, 256, 4), (2, 512, 4), (1, 1024, 4), (1, 2048, 4), (1, 4096, 8),
     (1, 8192, 16)))
-_BWD_LOOPED = _bwd(1, 4096, 8, loop=True, stages=1)
+_BWD_LOOPED = _bwd(4, 1024, 8, loop=True, stages=1)
 BWD_CONFIGS = _BWD_WHOLE_ROW + (_BWD_LOOPED,)
 
 

@@ -1,0 +1,219 @@
+"""The looped (long-row) backward of RMSNorm and LayerNorm with BLOCK_M rows a step, in
+Triton's interpreter against float64 PyTorch: dx, and the dW (dB) partial rows the kernel
+sums over each step's rows.
+
+23 rows: runs of 6 rows a program (one per SM, 4 "SMs" in the interpreter; the last run 5)
+or 3 (two per SM), so a step's tail rows belong to the next program (BLOCK_M 4 at 6, 2 and 4
+at 3) or lie past n_rows.
+The row tensors are views of buffers with GUARD rows more; a kernel that read those rows
+would change dW (dB), one that wrote them would change the buffers."""
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from _op_helpers import rel_err
+from liger_aot.kernel_src.layer_norm import spec as ln_spec
+from liger_aot.kernel_src.rms_norm import spec as rms_spec
+from liger_aot.kernel_src.spec import Config
+from liger_aot.ops import layer_norm as ln_mod
+from liger_aot.ops import rms_norm as rms_mod
+from liger_aot.ops._common import persistent_grid
+
+TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
+EPS = 1e-6
+GUARD = 4  # rows past n_rows in every row buffer
+ROWS = 23  # runs of 6, 6, 6, 5 rows at one program per SM
+N = 8200  # over the looped threshold (8K), not a power of two: a partial column block
+TUNED = Path(__file__).resolve().parents[1] / "kernel_src" / "tuned" / "sm90.json"
+
+
+def looped(block_m, block_n, warps=8, per_sm=1, stages=1):
+    return Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "LOOP": True, "STAGES": stages,
+                   "PROGRAMS_PER_SM": per_sm}, num_warps=warps)
+
+
+# one row a step (the configs of earlier tuned tables), two and four
+CONFIGS = [looped(1, 4096), looped(2, 2048), looped(4, 1024)]
+
+
+def tuned_looped_configs(name):
+    """The looped configs the committed sm90 table chose for a spec (measured on the GPU)."""
+    table = json.loads(TUNED.read_bytes())
+    found = {}
+    for entry in table["specs"].get(name, {}).values():
+        record = entry["config"]
+        if record["constexprs"]["LOOP"]:
+            config = Config(record["constexprs"], record["num_warps"], record["num_stages"])
+            found.setdefault(config.tag, config)
+    return list(found.values())
+
+
+def guarded(rows, n, dtype, scale=1.0, shift=0.0):
+    """(rows, n) view of a (rows + GUARD, n) buffer of random values, and the buffer."""
+    buffer = (torch.randn(rows + GUARD, n) * scale + shift).to(dtype)
+    return buffer[:rows], buffer
+
+
+def guarded_stats(values):
+    """fp32 statistics followed by GUARD large ones (a row read past n_rows would count)."""
+    buffer = torch.cat([values.float(), torch.full((GUARD,), 3.0)])
+    return buffer[:values.shape[0]], buffer
+
+
+def launch_shape(config, rows):
+    """The op's persistent grid for the config: (programs, rows_per_program)."""
+    return persistent_grid(rows, -1, config.constexprs["PROGRAMS_PER_SM"])
+
+
+# -- RMSNorm -------------------------------------------------------------------------------
+
+def rms_reference(x, w, dy, dres, offset):
+    """float64 (dx, dw) of rmsnorm(x) * (offset + w) with upstream dy (+ dres into dx)."""
+    x64 = x.double().requires_grad_()
+    w64 = w.double().requires_grad_()
+    y = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + EPS) * (offset + w64)
+    y.backward(dy.double())
+    dx = x64.grad + (0 if dres is None else dres.double())
+    return dx, w64.grad
+
+
+def run_rms(config, dtype, casting, with_dres, rows=ROWS, n=N, offset=0.5):
+    """Launch the looped backward on guarded buffers; returns (dx, dw, dx_ref, dw_ref)."""
+    torch.manual_seed(0)
+    x, x_buf = guarded(rows, n, dtype)
+    dy, dy_buf = guarded(rows, n, dtype)
+    dres, dres_buf = guarded(rows, n, dtype) if with_dres else (dy, dy_buf)
+    dx, dx_buf = guarded(rows, n, dtype)
+    w = (torch.randn(n) * 0.1 + 1.0).to(dtype)
+    rstd, rstd_buf = guarded_stats(torch.rsqrt(x.float().pow(2).mean(-1) + EPS))
+    before = [b[rows:].clone() for b in (x_buf, dy_buf, dres_buf, dx_buf, rstd_buf)]
+    programs, rows_per_program = launch_shape(config, rows)
+    dw_partial = torch.full((programs, n), float("nan"))  # the kernel zeroes its row
+    rms_mod._bwd.launch((programs,), dx, dw_partial, dy, x, w, rstd, rows, n, n, n, n,
+                        offset, rows_per_program, dres, n, int(with_dres),
+                        dtype=dtype, config=config, options=(("CASTING", casting),))
+    after = [b[rows:] for b in (x_buf, dy_buf, dres_buf, dx_buf, rstd_buf)]
+    assert all(torch.equal(a, b) for a, b in zip(after, before)), "wrote past n_rows"
+    dx_ref, dw_ref = rms_reference(x, w, dy, dres if with_dres else None, offset)
+    return dx, dw_partial.sum(0), dx_ref, dw_ref
+
+
+@pytest.mark.parametrize("with_dres", [False, True], ids=["plain", "dres"])
+@pytest.mark.parametrize("casting", [0, 1, 2], ids=["llama", "gemma", "none"])
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"m{c.constexprs['BLOCK_M']}")
+def test_rms_norm_looped_backward_bf16(config, casting, with_dres):
+    dx, dw, dx_ref, dw_ref = run_rms(config, torch.bfloat16, casting, with_dres)
+    assert rel_err(dx, dx_ref) < TOL[torch.bfloat16]
+    assert rel_err(dw, dw_ref) < TOL[torch.bfloat16]
+
+
+@pytest.mark.parametrize("with_dres", [False, True], ids=["plain", "dres"])
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"m{c.constexprs['BLOCK_M']}")
+def test_rms_norm_looped_backward_fp32(config, with_dres):
+    dx, dw, dx_ref, dw_ref = run_rms(config, torch.float32, 0, with_dres)
+    assert rel_err(dx, dx_ref) < TOL[torch.float32]
+    assert rel_err(dw, dw_ref) < TOL[torch.float32]
+
+
+@pytest.mark.parametrize("config", [looped(4, 1024, per_sm=2), looped(2, 2048, per_sm=2)],
+                         ids=["m4", "m2"])
+def test_rms_norm_looped_backward_short_runs(config):
+    """Two programs per SM: runs of 3 rows, shorter than (or not a multiple of) BLOCK_M."""
+    assert launch_shape(config, ROWS)[1] == 3
+    dx, dw, dx_ref, dw_ref = run_rms(config, torch.float32, 1, True)
+    assert rel_err(dx, dx_ref) < TOL[torch.float32]
+    assert rel_err(dw, dw_ref) < TOL[torch.float32]
+
+
+@pytest.mark.parametrize("config", tuned_looped_configs("rms_norm_bwd"),
+                         ids=lambda c: c.tag)
+def test_rms_norm_tuned_looped_configs(config):
+    """The looped configs (one row a step) the committed sm90 table holds still compute."""
+    dx, dw, dx_ref, dw_ref = run_rms(config, torch.float32, 0, False)
+    assert rel_err(dx, dx_ref) < TOL[torch.float32]
+    assert rel_err(dw, dw_ref) < TOL[torch.float32]
+
+
+# -- LayerNorm -----------------------------------------------------------------------------
+
+def ln_reference(x, w, dy):
+    """float64 (dx, dw, db) of layer_norm(x) * w + b with upstream dy."""
+    x64 = x.double().requires_grad_()
+    w64 = w.double().requires_grad_()
+    b64 = torch.zeros_like(w64, requires_grad=True)
+    y = torch.nn.functional.layer_norm(x64, (x.shape[-1],), w64, b64, EPS)
+    y.backward(dy.double())
+    return x64.grad, w64.grad, b64.grad
+
+
+def run_ln(config, dtype, rows=ROWS, n=N):
+    torch.manual_seed(1)
+    x, x_buf = guarded(rows, n, dtype, scale=0.5, shift=3.0)  # a mean away from zero
+    dy, dy_buf = guarded(rows, n, dtype)
+    dx, dx_buf = guarded(rows, n, dtype)
+    w = (torch.randn(n) * 0.1 + 1.0).to(dtype)
+    xf = x.float()
+    mean, mean_buf = guarded_stats(xf.mean(-1))
+    rstd, rstd_buf = guarded_stats(torch.rsqrt(xf.var(-1, unbiased=False) + EPS))
+    before = [b[rows:].clone() for b in (x_buf, dy_buf, dx_buf, mean_buf, rstd_buf)]
+    programs, rows_per_program = launch_shape(config, rows)
+    dw_partial = torch.full((programs, n), float("nan"))
+    db_partial = torch.full((programs, n), float("nan"))
+    ln_mod._bwd.launch((programs,), dx, dw_partial, db_partial, dy, x, w, mean, rstd, rows, n,
+                       n, n, n, rows_per_program, dtype=dtype, config=config)
+    after = [b[rows:] for b in (x_buf, dy_buf, dx_buf, mean_buf, rstd_buf)]
+    assert all(torch.equal(a, b) for a, b in zip(after, before)), "wrote past n_rows"
+    return (dx, dw_partial.sum(0), db_partial.sum(0)), ln_reference(x, w, dy)
+
+
+def check_ln(config, dtype):
+    got, want = run_ln(config, dtype)
+    for g, r in zip(got, want):  # dx, dw, db
+        assert rel_err(g, r) < TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("config", CONFIGS + [looped(2, 2048, per_sm=2),
+                                               looped(4, 1024, per_sm=2)],
+                         ids=["m1", "m2", "m4", "m2-short-runs", "m4-short-runs"])
+def test_layer_norm_looped_backward(config, dtype):
+    check_ln(config, dtype)
+
+
+@pytest.mark.parametrize("config", tuned_looped_configs("layer_norm_bwd"),
+                         ids=lambda c: c.tag)
+def test_layer_norm_tuned_looped_configs(config):
+    check_ln(config, torch.float32)
+
+
+# -- the rules' looped configs, through the ops --------------------------------------------
+
+def test_rules_loop_several_rows_a_step():
+    assert rms_spec.select_bwd_config(N).constexprs["BLOCK_M"] > 1
+    assert rms_spec.select_bwd_config(N, True).constexprs["BLOCK_M"] > 1
+    assert ln_spec.select_bwd_config(N).constexprs["BLOCK_M"] > 1
+    for config in (rms_spec.select_bwd_config(N), ln_spec.select_bwd_config(N)):
+        m, n = config.constexprs["BLOCK_M"], config.constexprs["BLOCK_N"]
+        assert config.constexprs["LOOP"] and m * n <= 8192
+
+
+def test_ops_backward_on_the_looped_rule():
+    """The ops' own grid and partial sums with the rules' looped configs (CPU: the rule)."""
+    torch.manual_seed(2)
+    x = torch.randn(ROWS, N)
+    w = torch.randn(N) * 0.1 + 1.0
+    dy, dres = torch.randn(ROWS, N), torch.randn(ROWS, N)
+    rstd = torch.rsqrt(x.pow(2).mean(-1) + EPS)
+    dx, dw = rms_mod._backward(dy, x, w, rstd, 0.0, 1, dres=dres)
+    dx_ref, dw_ref = rms_reference(x, w, dy, dres, 0.0)
+    assert rel_err(dx, dx_ref) < 1e-5 and rel_err(dw, dw_ref) < 1e-5
+    mean, rstd = x.mean(-1), torch.rsqrt(x.var(-1, unbiased=False) + EPS)
+    got = ln_mod.layer_norm_backward(dy, x, w, mean, rstd)
+    for g, r in zip(got, ln_reference(x, w, dy)):
+        assert rel_err(g, r) < 1e-5

@@ -340,7 +340,7 @@ CASES = {case.spec.name: case for case in (
                flag_whole_row_max=rms_norm.RESIDUAL_MAX_BLOCK_N),
     _rows_case(rms_norm.BWD, _shapes(_NORM_NS, flag_ns=_NORM_NS), rms_norm_inputs,
                rms_norm_bwd, ("dx", "dw_partial"), (3, 4), persistent_partials,
-               **_BWD_LIMITS, flag_whole_row_max=rms_norm.RESIDUAL_MAX_BLOCK_N),
+               **_BWD_LIMITS, flag_whole_row_max=rms_norm.DRES_MAX_BLOCK_N),
     _rows_case(layer_norm.FWD, _shapes(_NORM_NS), layer_norm_inputs,
                layer_norm_fwd, ("y", "mean", "rstd"), (2, 2), **_FWD_LIMITS),
     _rows_case(layer_norm.BWD, _shapes(_NORM_NS), layer_norm_inputs,

@@ -96,8 +96,12 @@ def config_from_record(spec: KernelSpec, record: dict) -> Config:
     return _configs.setdefault((spec.name, config.tag), config)
 
 
-def tuned_configs(spec: KernelSpec, arch: str) -> dict:
-    """{bucket key: Config} of the spec in the arch's table ({} without one)."""
+# Bytes per element of the dtypes a table entry may be measured in.
+DTYPE_ITEMSIZE = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+def _tuned(spec: KernelSpec, arch: str) -> tuple:
+    """({bucket key: Config}, {bucket key: element size it was measured with})."""
     key = (spec.name, arch)
     found = _by_spec.get(key)
     if found is None:
@@ -105,12 +109,19 @@ def tuned_configs(spec: KernelSpec, arch: str) -> dict:
         entries = (table or {}).get("specs", {}).get(spec.name, {})
         with _lock:
             try:
-                found = {bucket: config_from_record(spec, entry["config"])
-                         for bucket, entry in sorted(entries.items())}
+                found = ({bucket: config_from_record(spec, entry["config"])
+                          for bucket, entry in sorted(entries.items())},
+                         {bucket: DTYPE_ITEMSIZE[entry.get("dtype", "bf16")]
+                          for bucket, entry in entries.items()})
             except (KeyError, TypeError, ValueError) as e:
                 raise ValueError(f"{table_path(arch)}: bad entry for {spec.name}: {e!r}") from None
             _by_spec[key] = found
     return found
+
+
+def tuned_configs(spec: KernelSpec, arch: str) -> dict:
+    """{bucket key: Config} of the spec in the arch's table ({} without one)."""
+    return _tuned(spec, arch)[0]
 
 
 def arch_configs(spec: KernelSpec, arch: str) -> tuple:
@@ -142,15 +153,19 @@ def bucket_key(spec: KernelSpec, args: tuple) -> str:
     return ",".join(f"{n}={v}" for n, v in zip(names, values))
 
 
-def select(spec: KernelSpec, arch: str | None, args: tuple) -> Config:
+def select(spec: KernelSpec, arch: str | None, args: tuple, itemsize: int = 0) -> Config:
     """The config for rule arguments `args` on `arch`: the tuned table's choice for their
-    bucket, else the spec's rule. The runtime calls it once per (device, args), see
-    Kernel.select_config."""
+    bucket, else the spec's rule. With `itemsize` (bytes per element of the call's data),
+    only an entry measured with that element size: a config's shared memory and registers
+    grow with it (a 3-stage whole row of 16K bf16 columns fits an H200's shared memory, of
+    fp32 it does not), so other sizes take the rule. The runtime calls it once per (device,
+    args, itemsize), see Kernel.select_config."""
     if arch is not None:
-        tuned = tuned_configs(spec, arch)
+        tuned, sizes = _tuned(spec, arch)
         if tuned:
-            config = tuned.get(bucket_key(spec, args))
-            if config is not None:
+            key = bucket_key(spec, args)
+            config = tuned.get(key)
+            if config is not None and (not itemsize or sizes[key] == itemsize):
                 return config
     return spec.rule(*args)
 

@@ -90,6 +90,8 @@ def test_table_lookup_and_fallback(tables):
     assert tuning.select(rms.FWD, "sm80", (3000, False)) is rms.select_config(3000, False)
     assert tuning.select(rms.FWD, None, (3000, False)) is rms.select_config(3000, False)
     assert tuning.select(rms.BWD, "sm90", (3000, False)) is rms.select_bwd_config(3000, False)
+    assert tuning.select(rms.FWD, "sm90", (3000, False), 2) is got
+    assert tuning.select(rms.FWD, "sm90", (3000, False), 4) is rms.select_config(3000, False)
 
 
 def test_kernel_select_config(tables, monkeypatch):
@@ -102,6 +104,13 @@ def test_kernel_select_config(tables, monkeypatch):
     got = kernel.select_config(0, 3000, False)
     assert got.tag == NEW_RMS.tag and got is kernel.select_config(0, 3000, False)
     assert kernel.select_config(0, 3000, True) is rms.select_config(3000, True)
+    # an entry applies to data of the element size it was measured with (bf16 here): fp16
+    # shares it, fp32 takes the rule (a tuned config's shared memory may not fit at 4 bytes)
+    assert kernel.select_config(0, 3000, False, dtype=torch.bfloat16) is got
+    assert kernel.select_config(0, 3000, False, dtype=torch.float16) is got
+    assert kernel.select_config(0, 3000, False, dtype=torch.float32) is \
+        rms.select_config(3000, False)
+    assert kernel.select_config(0, 3000, False) is got  # no dtype: the entry
     # an artifact set built with another table: the rule
     monkeypatch.setattr(registry, "tuned_table_usable", lambda arch: False)
     assert Kernel(rms.FWD).select_config(0, 3000, False) is rms.select_config(3000, False)
@@ -235,7 +244,7 @@ def test_build_compiles_the_tuned_configs(tables, tmp_path, tmp_path_factory, mo
 # -- candidates -----------------------------------------------------------------------------
 
 FLAG_WHOLE_ROW_MAX = {"rms_norm_fwd": rms.RESIDUAL_MAX_BLOCK_N,
-                      "rms_norm_bwd": rms.RESIDUAL_MAX_BLOCK_N}
+                      "rms_norm_bwd": rms.DRES_MAX_BLOCK_N}
 LOOP_ROWS = {"rms_norm_bwd", "layer_norm_bwd"}  # looped kernels that take BLOCK_M rows a step
 
 

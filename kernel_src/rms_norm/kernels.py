@@ -10,8 +10,8 @@ mostly from L2). Casting modes follow Liger-Kernel: 0 llama (normalize in fp32, 
 input dtype, then multiply by the weight), 1 gemma (everything in fp32), 2 none (input dtype).
 
 The residual add and the residual gradient are runtime flags (a uniform branch, no extra
-variants). Whole-row configs wider than RESIDUAL_MAX_BLOCK_N (forward and backward) have
-the residual path compiled out to stay within registers; spec.py's rules never send fused
+variants). Whole-row configs wider than RESIDUAL_MAX_BLOCK_N (forward) or DRES_MAX_BLOCK_N
+(backward) have the residual path compiled out to stay within registers; spec.py's rules never send fused
 calls to them.
 
 Backward: dx = rstd * (dy*w' - s*rstd^2*mean(dy*w'*s)) (+ dres, the gradient of the residual
@@ -25,6 +25,7 @@ from . import spec
 
 # widest whole-row tile that keeps the fused residual path (a global must be a constexpr)
 RESIDUAL_MAX_BLOCK_N = tl.constexpr(spec.RESIDUAL_MAX_BLOCK_N)
+DRES_MAX_BLOCK_N = tl.constexpr(spec.DRES_MAX_BLOCK_N)
 
 
 @triton.jit
@@ -152,7 +153,7 @@ def rms_norm_bwd(DX, DW_PARTIAL, DY, X, W, RSTD, n_rows, n_cols, stride_dx, stri
             dot = tl.sum(dyw * xf, axis=1)[:, None] / n_cols
             dx = rstd * (dyw - xf * rstd * rstd * dot)
             # as in the forward: wider whole-row configs have no dres path (see the spec)
-            if BLOCK_N <= RESIDUAL_MAX_BLOCK_N:
+            if BLOCK_N <= DRES_MAX_BLOCK_N:
                 if has_dres != 0:
                     dx += tl.load(DRES + rows[:, None] * stride_dres + c, mask=mask,
                                   other=0.0).to(tl.float32)

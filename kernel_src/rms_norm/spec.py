@@ -20,12 +20,14 @@ _WHOLE_ROW = tuple(_fwd(m, n, w) for m, n, w in (
 _LOOPED = _fwd(1, 4096, 8, loop=True)
 CONFIGS = _WHOLE_ROW + (_LOOPED,)
 
-# Widest whole-row tile that carries the fused residual path, forward (residual) and
+# Widest whole-row tiles that carry the fused residual path, forward (the residual) and
 # backward (its gradient dres): kernels.py compiles it out of wider ones, which have no
-# registers to spare. The rules send fused calls of rows over RESIDUAL_MAX_WHOLE_ROW to the
-# looped config (8K on 16 warps: no spills on sm90, forward or backward); a tuned table may
-# pick up to RESIDUAL_MAX_BLOCK_N.
+# registers to spare (the 16K whole-row backward spills even without it: an H200 tune timed
+# it 0.167 ms in session 3 without the path, 0.181 ms in session 4 with it). The rules send fused calls of rows over RESIDUAL_MAX_WHOLE_ROW
+# to the looped config (8K on 16 warps: no spills on sm90, forward or backward); a tuned
+# table may pick up to the MAX_BLOCK_N widths.
 RESIDUAL_MAX_BLOCK_N = 16384
+DRES_MAX_BLOCK_N = 8192
 RESIDUAL_MAX_WHOLE_ROW = 8192
 
 

@@ -13,17 +13,22 @@ The backward recomputes f and f' from a instead of storing f(a):
 tanh(u) is written as 2 sig(2u) - 1 (portable across CUDA and HIP).
 
 Tensors are viewed as (n_rows, n_cols) with a contiguous last dim and their own row strides.
-The grid is 2-D: axis 0 over blocks of BLOCK_M rows (the long axis: CUDA allows 2^31 - 1
-programs there), axis 1 over blocks of BLOCK_N columns. All arithmetic is fp32; results are
-cast to the tensor dtype at the store.
+The grid is 1-D over tiles of BLOCK_M rows x BLOCK_N columns, the column block fastest, so
+consecutive programs walk memory in order: with rows on a grid axis of their own, programs
+that run together touched one column block of many rows, and an H200 ran SwiGLU at 95% of
+copy instead of 99% (docs/perf-notes.md). All arithmetic is fp32; results are cast to the
+tensor dtype at the store.
 """
 import triton
 import triton.language as tl
 
 @triton.jit
 def _tile(n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_blocks = tl.cdiv(n_cols, BLOCK_N)
+    row_block = tl.program_id(0) // col_blocks
+    col_block = tl.program_id(0) - row_block * col_blocks
+    rows = row_block.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = col_block * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
     return rows[:, None], cols[None, :], mask
 

@@ -7,8 +7,8 @@ ACT_SILU = 0
 ACT_GELU_TANH = 1
 
 # Tiles of BLOCK_M x BLOCK_N = 2048 elements: short rows pack several rows per program so
-# each program still moves a few KB; rows longer than 1024 columns are split over grid
-# axis 1 in 2048-column blocks.
+# each program still moves a few KB; rows longer than 1024 columns are split in 2048-column
+# blocks.
 CONFIGS = tuple(
     Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=4)
     for m, n in ((16, 128), (8, 256), (4, 512), (2, 1024), (1, 2048))
@@ -23,8 +23,9 @@ def select_config(n_cols: int) -> Config:
 
 
 def grid(n_rows: int, n_cols: int, config: Config) -> tuple:
+    """One program per tile, in one grid axis (at most 2^31 - 1 tiles: 2^42 elements)."""
     m, n = config.constexprs["BLOCK_M"], config.constexprs["BLOCK_N"]
-    return ((n_rows + m - 1) // m, (n_cols + n - 1) // n)
+    return (((n_rows + m - 1) // m) * ((n_cols + n - 1) // n),)
 
 
 FWD = KernelSpec(

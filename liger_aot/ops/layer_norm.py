@@ -28,7 +28,7 @@ def layer_norm_forward(x, weight, bias, eps):
     rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
     if rows and n:
         device = x2.get_device()
-        config = _fwd.select_config(device, n)
+        config = _fwd.select_config(device, n, dtype=x.dtype)
         _fwd.launch(block_grid(rows, device, config), y, x2, weight,
                     weight if bias is None else bias, mean, rstd, rows, n,
                     row_stride(y), row_stride(x2), float(eps), int(bias is not None),
@@ -44,7 +44,7 @@ def layer_norm_backward(dy, x2, weight, mean, rstd, need_dw=True, need_db=True):
         dy2 = dy2.to(x2.dtype)
     dx = torch.empty((rows, n), dtype=x2.dtype, device=x2.device)
     device = x2.get_device()
-    config = _bwd.select_config(device, n)
+    config = _bwd.select_config(device, n, dtype=x2.dtype)
     programs, rows_per_program = persistent_grid(rows, device,
                                                  config.constexprs["PROGRAMS_PER_SM"])
     dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x2.device)

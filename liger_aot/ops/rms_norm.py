@@ -49,7 +49,7 @@ def _forward(x, weight, eps, offset, casting, residual=None):
         has_residual = 1
     if rows and n:
         device = x2.get_device()
-        config = _fwd.select_config(device, n, residual is not None)
+        config = _fwd.select_config(device, n, residual is not None, dtype=x.dtype)
         _fwd.launch(block_grid(rows, device, config), y, x2, weight, rstd, rows, n,
                     row_stride(y), row_stride(x2), float(eps), float(offset),
                     s, r2, row_stride(s), row_stride(r2), has_residual,
@@ -80,7 +80,7 @@ def _backward(dy, s2, weight, rstd, offset, casting, dres=None, in_place=False,
     else:
         dx = torch.empty((rows, n), dtype=s2.dtype, device=s2.device)
     device = s2.get_device()
-    config = _bwd.select_config(device, n, has_dres)
+    config = _bwd.select_config(device, n, has_dres, dtype=s2.dtype)
     programs, rows_per_program = persistent_grid(rows, device,
                                                  config.constexprs["PROGRAMS_PER_SM"])
     dw_partial = torch.empty((programs, n), dtype=torch.float32, device=s2.device)

@@ -19,9 +19,9 @@ _fwd = Kernel(spec.FWD)
 _bwd = Kernel(spec.BWD)
 
 
-def _plan(kernel, rows, n, device: int):
-    """(config, grid, chunk_cols, n_chunks, phases) for rows x n."""
-    config = kernel.select_config(device, n)
+def _plan(kernel, rows, n, device: int, dtype: torch.dtype):
+    """(config, grid, chunk_cols, n_chunks, phases) for rows x n of dtype."""
+    config = kernel.select_config(device, n, dtype=dtype)
     return (config, *spec.plan(config, rows, n, 4 * multiprocessor_count(device)))
 
 
@@ -31,7 +31,7 @@ def softmax_forward(x2):
     y = torch.empty((rows, n), dtype=x2.dtype, device=x2.device)
     if rows == 0 or n == 0:
         return y
-    config, grid, chunk_cols, n_chunks, phases = _plan(_fwd, rows, n, x2.get_device())
+    config, grid, chunk_cols, n_chunks, phases = _plan(_fwd, rows, n, x2.get_device(), x2.dtype)
     stats = y  # placeholder pointer: only read or written by the split phases
     if len(phases) > 1:
         stats = torch.empty((rows, n_chunks, 2), dtype=torch.float32, device=x2.device)
@@ -48,7 +48,7 @@ def softmax_backward(dy, y2):
     if rows == 0 or n == 0:
         return dx
     dy2 = rows_view("grad_output", dy.to(y2.dtype), n)
-    config, grid, chunk_cols, n_chunks, phases = _plan(_bwd, rows, n, y2.get_device())
+    config, grid, chunk_cols, n_chunks, phases = _plan(_bwd, rows, n, y2.get_device(), y2.dtype)
     stats = dx
     if len(phases) > 1:
         stats = torch.empty((rows, n_chunks), dtype=torch.float32, device=y2.device)

@@ -54,7 +54,7 @@ def _forward(a, b, act):
     else:
         b2, stride_b = _rows("b", b, n)
     device = a2.get_device()
-    config = _fwd.select_config(device, n)
+    config = _fwd.select_config(device, n, dtype=dtype)
     _fwd.launch(spec.grid(rows, n, config), c, a2, b2, rows, n, n, stride_a, stride_b, act,
                 dtype=dtype, config=config)
     return c, a2, b2, (rows, n, device, dtype, act)
@@ -74,7 +74,7 @@ def _launch_backward(da, db, dc, a2, b2, rows, n, device, dtype, act):
         stride_b = n
     else:
         b2, stride_b = _rows("b", b2, n)
-    config = _bwd.select_config(device, n)
+    config = _bwd.select_config(device, n, dtype=dtype)
     _bwd.launch(spec.grid(rows, n, config), da, db, dc2, a2, b2, rows, n,
                 n, n, stride_dc, stride_a, stride_b, act, dtype=dtype, config=config)
 

@@ -57,18 +57,20 @@ class Kernel:
     # and no re-packing of the arguments (operator.attrgetter runs in C).
     __call__ = property(operator.attrgetter("launch"))
 
-    def select_config(self, device: int, *args) -> Config:
+    def select_config(self, device: int, *args, dtype: torch.dtype | None = None) -> Config:
         """The config for the spec's rule arguments `args` (e.g. n_cols) on `device` (a
         tensor's get_device(), -1 for CPU): the tuned table of the device's arch, else the
-        spec's rule. Resolved once per (device, args), then one dict lookup."""
+        spec's rule. With the call's data `dtype`, a tuned entry applies only to data of the
+        element size it was measured with (see tuning.select). Resolved once per (device,
+        args, dtype), then one dict lookup."""
         configs = self._configs.get(device)
         if configs is not None:
-            config = configs.get(args)
+            config = configs.get((args, dtype))
             if config is not None:
                 return config
-        return self._select_config(device, args)
+        return self._select_config(device, args, dtype)
 
-    def _select_config(self, device, args):
+    def _select_config(self, device, args, dtype):
         arch = None
         if device >= 0:
             from .device import device_arch
@@ -77,10 +79,10 @@ class Kernel:
             arch = device_arch(device)[0]
             if arch is not None and not tuned_table_usable(arch):
                 arch = None
-        config = tuning.select(self.spec, arch, args)
+        config = tuning.select(self.spec, arch, args, dtype.itemsize if dtype else 0)
         configs = self._configs.setdefault(device, {})
         if len(configs) < _MAX_REMEMBERED:  # bounded: row lengths could be unbounded
-            configs[args] = config
+            configs[(args, dtype)] = config
         return config
 
     # -- slow path ------------------------------------------------------------------------

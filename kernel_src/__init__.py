@@ -10,7 +10,7 @@ import importlib
 
 FAMILIES = ("rms_norm", "layer_norm", "group_norm", "poly_norm", "dyt", "rope", "llama4_rope",
             "swiglu", "relu_squared", "softmax", "sparsemax", "cross_entropy", "kl_div", "jsd",
-            "tvd", "column_sum")
+            "tvd")
 
 
 def family_spec_module(family: str):

@@ -77,17 +77,6 @@ def test_norms(hidden, dtype):
           lambda x, r, w: rms_ref(x + r, w) + (x + r), x, r, w, dtype=dtype)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_sum_partials(dtype):
-    from liger_aot.ops._common import sum_partials
-
-    for parts, n in ((264, 4096), (528, 1024), (132, 65536), (7, 100)):
-        p, q = torch.randn(2, parts, n, device=DEV).unbind(0)
-        out, out2 = sum_partials(p, dtype, q)
-        assert rel(out, p.double().sum(0)) < tol(dtype)
-        assert rel(out2, q.double().sum(0)) < tol(dtype)
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_gated_activations(dtype):
     from liger_aot.ops.geglu import geglu

@@ -6,9 +6,7 @@ import math
 
 import torch
 
-from liger_aot.kernel_src.column_sum import spec as column_sum_spec
 from liger_aot.kernel_src.spec import next_power_of_2
-from liger_aot.runtime import Kernel
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -78,30 +76,6 @@ def persistent_grid(rows: int, device_index: int, per_sm: int = 4, split: int = 
     programs = min(rows, target)
     rows_per_program = (rows + programs - 1) // programs
     return (rows + rows_per_program - 1) // rows_per_program, rows_per_program
-
-
-_column_sum = Kernel(column_sum_spec.SUM)
-
-
-def sum_partials(partial: torch.Tensor, dtype: torch.dtype, partial2=None) -> tuple:
-    """Column sums of fp32 partial rows (n_parts, n), contiguous, as new (n,) tensors of
-    dtype: (sum, sum of partial2 or None). One launch for both (a norm's weight and bias
-    gradients), where `partial.sum(0).to(dtype)` takes two each."""
-    n_parts, n = partial.shape
-    out = torch.empty(n, dtype=dtype, device=partial.device)
-    out2 = None if partial2 is None else torch.empty(n, dtype=dtype, device=partial.device)
-    if n_parts == 0:  # no rows: no program wrote a partial
-        out.zero_()
-        if out2 is not None:
-            out2.zero_()
-    elif n:
-        device = partial.get_device()
-        config = _column_sum.select_config(device, n)
-        second = partial2 is not None
-        _column_sum.launch(column_sum_spec.grid(n, config), out, partial,
-                           out2 if second else out, partial2 if second else partial,
-                           n_parts, n, int(second), dtype=dtype, config=config)
-    return out, out2
 
 
 @functools.lru_cache(maxsize=None)

@@ -11,7 +11,7 @@ from liger_aot.kernel_src.layer_norm import spec
 from liger_aot.runtime import Kernel
 
 from ._common import (block_grid, check_float, check_same_device, persistent_grid, row_stride,
-                      rows_view, sum_partials)
+                      rows_view)
 
 _fwd = Kernel(spec.FWD)
 _bwd = Kernel(spec.BWD)
@@ -53,11 +53,8 @@ def layer_norm_backward(dy, x2, weight, mean, rstd, need_dw=True, need_db=True):
         _bwd.launch((programs,), dx, dw_partial, db_partial, dy2, x2, weight, mean, rstd,
                     rows, n, row_stride(dx), row_stride(dy2), row_stride(x2), rows_per_program,
                     dtype=x2.dtype, config=config)
-    dw = db = None
-    if need_dw:
-        dw, db = sum_partials(dw_partial, weight.dtype, db_partial if need_db else None)
-    elif need_db:
-        db = sum_partials(db_partial, weight.dtype)[0]
+    dw = dw_partial.sum(0).to(weight.dtype) if need_dw else None
+    db = db_partial.sum(0).to(weight.dtype) if need_db else None
     return dx, dw, db
 
 

@@ -11,7 +11,7 @@ from liger_aot.kernel_src.rms_norm import spec
 from liger_aot.runtime import Kernel
 
 from ._common import (block_grid, check_float, check_same_device, check_same_dtype,
-                      check_same_shape, persistent_grid, row_stride, rows_view, sum_partials)
+                      check_same_shape, persistent_grid, row_stride, rows_view)
 
 _fwd = Kernel(spec.FWD)
 _bwd = Kernel(spec.BWD)
@@ -91,7 +91,9 @@ def _backward(dy, s2, weight, rstd, offset, casting, dres=None, in_place=False,
                     dtype=s2.dtype, config=config, options=(("CASTING", casting),))
     elif has_dres:
         dx.copy_(dres2)
-    dw = sum_partials(dw_partial, weight.dtype)[0] if need_dw else None
+    dw = None
+    if need_dw:
+        dw = dw_partial.sum(0).to(weight.dtype) if rows else torch.zeros_like(weight)
     return dx, dw
 
 

@@ -72,11 +72,13 @@ def main():
                                       FLAT=flat, num_warps=warps)
                 f(); g()
                 af = a.float()
-                assert torch.allclose(c.float(), af * torch.sigmoid(af) * b.float(), rtol=2e-2, atol=2e-2)
+                assert torch.allclose(c.float(), af * torch.sigmoid(af) * b.float(),
+                                      rtol=2e-2, atol=2e-2)
                 tf, tb = do_bench(f, warmup=25, rep=100), do_bench(g, warmup=25, rep=100)
                 pf = 3 * a.numel() * 2 / tf / 1e6 / copy_gbps * 100
                 pb = 5 * a.numel() * 2 / tb / 1e6 / copy_gbps * 100
-                cells.append(f"{'flat' if flat else '2-D '} fwd {tf*1000:7.1f} us {pf:5.1f}%  bwd {tb*1000:7.1f} us {pb:5.1f}%")
+                cells.append(f"{'flat' if flat else '2-D '} fwd {tf*1000:7.1f} us {pf:5.1f}%  "
+                             f"bwd {tb*1000:7.1f} us {pb:5.1f}%")
             print(f"{m}x{n} [{block_m}x{block_n}] w{warps}: " + " | ".join(cells), flush=True)
 
 

@@ -56,8 +56,10 @@ def fwd(Y, X, W, RSTD, R, n_rows, n_cols, stride_y, stride_x, eps, has_residual,
 STEPS = [  # cumulative: name, switches
     ("minimal", dict(STORE_RSTD=False, BLOCK_LOOP=False, RES_BRANCH=False, INT64_ROWS=False)),
     ("+ rstd store", dict(STORE_RSTD=True, BLOCK_LOOP=False, RES_BRANCH=False, INT64_ROWS=False)),
-    ("+ 2-D int64 rows", dict(STORE_RSTD=True, BLOCK_LOOP=False, RES_BRANCH=False, INT64_ROWS=True)),
-    ("+ residual branch", dict(STORE_RSTD=True, BLOCK_LOOP=False, RES_BRANCH=True, INT64_ROWS=True)),
+    ("+ 2-D int64 rows",
+     dict(STORE_RSTD=True, BLOCK_LOOP=False, RES_BRANCH=False, INT64_ROWS=True)),
+    ("+ residual branch",
+     dict(STORE_RSTD=True, BLOCK_LOOP=False, RES_BRANCH=True, INT64_ROWS=True)),
     ("+ row-block loop", dict(STORE_RSTD=True, BLOCK_LOOP=True, RES_BRANCH=True, INT64_ROWS=True)),
 ]
 WARPS = {1024: 4, 2048: 4, 4096: 8, 8192: 16, 16384: 16, 32768: 32}

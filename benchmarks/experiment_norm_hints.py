@@ -64,7 +64,8 @@ def main():
     copy_ms = do_bench(lambda: dst.copy_(src), warmup=25, rep=200)
     copy_gbps = 2 * src.numel() / copy_ms / 1e6
     print(f"copy: {copy_gbps:.0f} GB/s")
-    print(f"{'N':>6} {'BLOCK_N':>7} {'loop':>5} {'w':>3}  " + "  ".join(f"{v:>34}" for v in VARIANTS))
+    print(f"{'N':>6} {'BLOCK_N':>7} {'loop':>5} {'w':>3}  "
+          + "  ".join(f"{v:>34}" for v in VARIANTS))
     for n, configs in CONFIGS.items():
         m = (1 << 26) // n
         x = torch.randn(m, n, device=dev, dtype=torch.bfloat16)

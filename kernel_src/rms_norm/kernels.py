@@ -11,8 +11,8 @@ input dtype, then multiply by the weight), 1 gemma (everything in fp32), 2 none 
 
 The residual add and the residual gradient are runtime flags (a uniform branch, no extra
 variants). Whole-row configs wider than RESIDUAL_MAX_BLOCK_N (forward) or DRES_MAX_BLOCK_N
-(backward) have the residual path compiled out to stay within registers; spec.py's rules never send fused
-calls to them.
+(backward) have the residual path compiled out to stay within registers; spec.py's rules
+never send fused calls to them.
 
 Backward: dx = rstd * (dy*w' - s*rstd^2*mean(dy*w'*s)) (+ dres, the gradient of the residual
 output, when has_dres). DX may be DY's own buffer (in-place backward): every element of dy is

@@ -23,9 +23,9 @@ CONFIGS = _WHOLE_ROW + (_LOOPED,)
 # Widest whole-row tiles that carry the fused residual path, forward (the residual) and
 # backward (its gradient dres): kernels.py compiles it out of wider ones, which have no
 # registers to spare (the 16K whole-row backward spills even without it: an H200 tune timed
-# it 0.167 ms in session 3 without the path, 0.181 ms in session 4 with it). The rules send fused calls of rows over RESIDUAL_MAX_WHOLE_ROW
-# to the looped config (8K on 16 warps: no spills on sm90, forward or backward); a tuned
-# table may pick up to the MAX_BLOCK_N widths.
+# it 0.167 ms without the path, 0.181 ms with it). The rules send fused calls of rows over
+# RESIDUAL_MAX_WHOLE_ROW to the looped config (8K on 16 warps: no spills on sm90, forward
+# or backward); a tuned table may pick up to the MAX_BLOCK_N widths.
 RESIDUAL_MAX_BLOCK_N = 16384
 DRES_MAX_BLOCK_N = 8192
 RESIDUAL_MAX_WHOLE_ROW = 8192

@@ -7,7 +7,8 @@ heuristic rule's config and the case's candidates (configs valid for every row l
 bucket) run once through Triton JIT of the kernel source and are checked against a torch
 reference (a failing or wrong candidate is dropped), then timed (triton.testing.do_bench,
 median). The heuristic config stays unless the best is more than KEEP_WITHIN faster.
-Measured in bf16; the choice serves every dtype.
+Measured in bf16; the choice serves data of bf16's element size (bf16, fp16), other dtypes
+take the rule (kernel_src/tuning.py select).
 """
 from __future__ import annotations
 

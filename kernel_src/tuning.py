@@ -159,7 +159,7 @@ def select(spec: KernelSpec, arch: str | None, args: tuple, itemsize: int = 0) -
     only an entry measured with that element size: a config's shared memory and registers
     grow with it (a 3-stage whole row of 16K bf16 columns fits an H200's shared memory, of
     fp32 it does not), so other sizes take the rule. The runtime calls it once per (device,
-    args, itemsize), see Kernel.select_config."""
+    args, dtype), see Kernel.select_config."""
     if arch is not None:
         tuned, sizes = _tuned(spec, arch)
         if tuned:

@@ -45,7 +45,7 @@ class Kernel:
         self.spec = spec
         self._launchers = {}  # key -> launcher(grid, values, args)
         self._flat = {}  # key -> launcher.flat, for the launchers that have one
-        self._configs = {}  # device index -> {rule args: Config}
+        self._configs = {}  # device index -> {(rule args, dtype): Config}
         self._lock = threading.Lock()
         namespace = {"get_flat": self._flat.get, "get": self._launchers.get,
                      "resolve": self._resolve, "interpret": self._interpret}

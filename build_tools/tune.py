@@ -258,7 +258,8 @@ def rms_norm_bwd(fn, t, config):
     dres = t.get("dres", t["dy"])
     _run(fn, (t["programs"],),
          (t["dx"], t["dw_partial"], t["dy"], s, t["w"], t["rstd_ref"], rows, n, n, n, n, 0.0,
-          t["rows_per_program"], dres, n, int("dres" in t)), config, CASTING=0)
+          t["rows_per_program"], dres, n, int("dres" in t), t["dx"], t["dw_partial"], 0),
+         config, CASTING=0)
 
 
 def layer_norm_fwd(fn, t, config):
@@ -271,7 +272,8 @@ def layer_norm_bwd(fn, t, config):
     x, rows, n = t["x"], *t["x"].shape
     _run(fn, (t["programs"],),
          (t["dx"], t["dw_partial"], t["db_partial"], t["dy"], x, t["w"], t["mean_ref"],
-          t["rstd_ref"], rows, n, n, n, n, t["rows_per_program"]), config)
+          t["rstd_ref"], rows, n, n, n, n, t["rows_per_program"], t["dx"], t["dx"],
+          t["dw_partial"], 0), config)
 
 
 def glu_fwd(fn, t, config):

@@ -170,3 +170,23 @@ def check_rope(op, reference, q, k, tol, use_k=True):
         assert k.grad is None
     assert rel_err(q.grad, q64.grad) < tol
     assert q.grad.shape == q.shape and q.grad.dtype == dtype
+
+
+def launched_weight_grad_modes(monkeypatch, kernel, deterministic, run):
+    """Runs run() with torch's deterministic mode set as given and returns the atomic_dw
+    argument (the last positional one) of each launch of the norm backward `kernel`: 1 when
+    the kernel summed the weight gradient with atomic adds, 0 for per-program partials."""
+    modes = []
+    launch = kernel.launch
+
+    def spy(grid, *args, **kwargs):
+        modes.append(args[-1])
+        return launch(grid, *args, **kwargs)
+    monkeypatch.setattr(kernel, "launch", spy)
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(deterministic)
+    try:
+        run()
+    finally:
+        torch.use_deterministic_algorithms(before)
+    return modes

@@ -96,7 +96,7 @@ def run_rms(config, dtype, casting, with_dres, rows=ROWS, n=N, offset=0.5):
     programs, rows_per_program = launch_shape(config, rows)
     dw_partial = torch.full((programs, n), float("nan"))  # the kernel zeroes its row
     rms_mod._bwd.launch((programs,), dx, dw_partial, dy, x, w, rstd, rows, n, n, n, n,
-                        offset, rows_per_program, dres, n, int(with_dres),
+                        offset, rows_per_program, dres, n, int(with_dres), dx, dw_partial, 0,
                         dtype=dtype, config=config, options=(("CASTING", casting),))
     after = [b[rows:] for b in (x_buf, dy_buf, dres_buf, dx_buf, rstd_buf)]
     assert all(torch.equal(a, b) for a, b in zip(after, before)), "wrote past n_rows"
@@ -166,7 +166,8 @@ def run_ln(config, dtype, rows=ROWS, n=N):
     dw_partial = torch.full((programs, n), float("nan"))
     db_partial = torch.full((programs, n), float("nan"))
     ln_mod._bwd.launch((programs,), dx, dw_partial, db_partial, dy, x, w, mean, rstd, rows, n,
-                       n, n, n, rows_per_program, dtype=dtype, config=config)
+                       n, n, n, rows_per_program, dx, dx, dw_partial, 0, dtype=dtype,
+                       config=config)
     after = [b[rows:] for b in (x_buf, dy_buf, dx_buf, mean_buf, rstd_buf)]
     assert all(torch.equal(a, b) for a, b in zip(after, before)), "wrote past n_rows"
     return (dx, dw_partial.sum(0), db_partial.sum(0)), ln_reference(x, w, dy)

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from _op_helpers import assert_compile_matches_eager, check_op
+from _op_helpers import assert_compile_matches_eager, check_op, launched_weight_grad_modes
 from liger_aot.kernel_src.layer_norm import spec
 from liger_aot.ops import layer_norm as ln_mod
 from liger_aot.ops.layer_norm import layer_norm
@@ -126,3 +126,19 @@ def test_liger_layer_norm_module():
     torch.testing.assert_close(m(x), F.layer_norm(x, (64,), m.weight, m.bias, 1e-6))
     assert LigerLayerNorm(8, bias=True).bias.abs().sum() > 0
     assert torch.equal(LigerLayerNorm(8, init_fn="zeros").weight, torch.zeros(8))
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n", [100, 3000, 17000])  # whole rows, whole rows, looped
+def test_layer_norm_weight_grad_reduction(monkeypatch, n, dtype, deterministic):
+    """Whole-row backwards sum dw and db with atomic adds in the kernel (the last program
+    writes both) unless torch's deterministic mode is on; looped rows always write
+    per-program partials. 37 rows spread over several programs."""
+    torch.manual_seed(4)
+    modes = launched_weight_grad_modes(
+        monkeypatch, ln_mod._bwd, deterministic,
+        lambda: check(torch.randn(37, n, dtype=dtype) + 1, torch.randn(n, dtype=dtype),
+                      torch.randn(n, dtype=dtype)))
+    looped = spec.select_bwd_config(n).constexprs["LOOP"]
+    assert modes == [0 if deterministic or looped else 1]

@@ -5,6 +5,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest
 import torch
 
+from _op_helpers import launched_weight_grad_modes
 from liger_aot.kernel_src.rms_norm import spec
 from liger_aot.ops import rms_norm as rms_mod
 from liger_aot.ops.rms_norm import rms_norm
@@ -230,3 +231,18 @@ def test_liger_rms_norm_module():
     assert xr.grad.shape == x.shape
     with pytest.raises(ValueError, match="init_fn"):
         LigerRMSNorm(8, init_fn="normal")
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n", [100, 5120, 20000])  # whole rows, whole rows, looped
+def test_rms_norm_weight_grad_reduction(monkeypatch, n, dtype, deterministic):
+    """Whole-row backwards sum dw with atomic adds in the kernel (the last program writes it)
+    unless torch's deterministic mode is on; looped rows always write per-program partials.
+    37 rows spread over several programs, so the sums really combine partials."""
+    torch.manual_seed(4)
+    modes = launched_weight_grad_modes(
+        monkeypatch, rms_mod._bwd, deterministic,
+        lambda: check(torch.randn(37, n, dtype=dtype), torch.randn(n, dtype=dtype)))
+    looped = spec.select_bwd_config(n).constexprs["LOOP"]
+    assert modes == [0 if deterministic or looped else 1]

@@ -11,7 +11,9 @@ Backward, xhat = (x - mean) * rstd, g = dy * w:
     dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
     dw = sum over rows of dy * xhat,  db = sum over rows of dy
 Each program owns rows_per_program consecutive rows and writes fp32 partials of dw and db to
-row `pid` of DW_PARTIAL and DB_PARTIAL; the host sums the partials.
+row `pid` of DW_PARTIAL and DB_PARTIAL; the host sums the partials. Or, with atomic_dw (whole
+rows only), programs add their partials into the zeroed fp32 rows DW_PARTIAL[0] and
+DB_PARTIAL[0] and the last one writes the totals to DW and DB (see _add_partials_and_finish).
 """
 import triton
 import triton.language as tl
@@ -75,8 +77,27 @@ def layer_norm_fwd(Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y, stride_x, e
 
 
 @triton.jit
+def _add_partials_and_finish(ACC_W, ACC_B, DW, DB, SYNC, part_w, part_b, cols, col_mask):
+    """Adds this program's column sums into the fp32 rows ACC_W, ACC_B (zeroed by the caller)
+    and counts the program in SYNC[0] (zeroed too); the last program to arrive writes the
+    totals rounded to DW's dtype. Saves the partial buffers, their reductions and the casts
+    (four launches); the order of the sums varies, so only outside torch's deterministic mode.
+    The RMSNorm family has the one-gradient twin."""
+    tl.atomic_add(ACC_W + cols, part_w, mask=col_mask, sem="relaxed")
+    tl.atomic_add(ACC_B + cols, part_b, mask=col_mask, sem="relaxed")
+    tl.debug_barrier()  # every thread's adds come before the one release below
+    ticket = tl.atomic_add(SYNC, 1, sem="acq_rel")
+    if ticket == tl.num_programs(0) - 1:
+        # .cg: read the totals at L2, where the atomics were performed
+        total_w = tl.load(ACC_W + cols, mask=col_mask, other=0.0, cache_modifier=".cg")
+        total_b = tl.load(ACC_B + cols, mask=col_mask, other=0.0, cache_modifier=".cg")
+        tl.store(DW + cols, total_w.to(DW.dtype.element_ty), mask=col_mask)
+        tl.store(DB + cols, total_b.to(DB.dtype.element_ty), mask=col_mask)
+
+
+@triton.jit
 def layer_norm_bwd(DX, DW_PARTIAL, DB_PARTIAL, DY, X, W, MEAN, RSTD, n_rows, n_cols,
-                   stride_dx, stride_dy, stride_x, rows_per_program,
+                   stride_dx, stride_dy, stride_x, rows_per_program, DW, DB, SYNC, atomic_dw,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LOOP: tl.constexpr,
                    STAGES: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr):
     """About PROGRAMS_PER_SM programs per SM (the op sizes the grid), STAGES row blocks'
@@ -110,8 +131,12 @@ def layer_norm_bwd(DX, DW_PARTIAL, DB_PARTIAL, DY, X, W, MEAN, RSTD, n_rows, n_c
             tl.store(DX + rows[:, None] * stride_dx + c, dx.to(DX.dtype.element_ty), mask=mask)
             dw += dy * xhat
             db += dy
-        tl.store(dw_row + cols, tl.sum(dw, axis=0), mask=col_mask)
-        tl.store(db_row + cols, tl.sum(db, axis=0), mask=col_mask)
+        if atomic_dw != 0:
+            _add_partials_and_finish(DW_PARTIAL, DB_PARTIAL, DW, DB, SYNC, tl.sum(dw, axis=0),
+                                     tl.sum(db, axis=0), cols, col_mask)
+        else:
+            tl.store(dw_row + cols, tl.sum(dw, axis=0), mask=col_mask)
+            tl.store(db_row + cols, tl.sum(db, axis=0), mask=col_mask)
     else:
         # Long rows, BLOCK_M at a time: pass 1 takes each row's two sums over its column
         # blocks; pass 2 writes dx and adds the block's column sums of dy * xhat and dy to

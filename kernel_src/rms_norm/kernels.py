@@ -116,15 +116,37 @@ def rms_norm_fwd(Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, offset,
 
 
 @triton.jit
+def _add_partial_and_finish(ACC, DW, SYNC, part, cols, col_mask):
+    """Adds this program's column sums `part` into the fp32 row ACC (zeroed by the caller)
+    and counts the program in SYNC[0] (zeroed too); the last program to arrive writes ACC
+    rounded to DW's dtype. This replaces a [programs, n] partial buffer, a reduction over it
+    and a cast (two more launches) by n atomic adds a program. The order of the sums varies
+    from run to run, so the op takes this path only when torch's deterministic mode is off.
+    The LayerNorm family has a twin for two gradients (families do not share kernel source:
+    the build keys artifacts by each family's own file)."""
+    tl.atomic_add(ACC + cols, part, mask=col_mask, sem="relaxed")
+    tl.debug_barrier()  # every thread's adds come before the one release below
+    ticket = tl.atomic_add(SYNC, 1, sem="acq_rel")
+    if ticket == tl.num_programs(0) - 1:
+        # .cg: read the totals at L2, where the atomics were performed
+        total = tl.load(ACC + cols, mask=col_mask, other=0.0, cache_modifier=".cg")
+        tl.store(DW + cols, total.to(DW.dtype.element_ty), mask=col_mask)
+
+
+@triton.jit
 def rms_norm_bwd(DX, DW_PARTIAL, DY, X, W, RSTD, n_rows, n_cols, stride_dx, stride_dy,
                  stride_x, offset, rows_per_program, DRES, stride_dres, has_dres,
+                 DW, SYNC, atomic_dw,
                  CASTING: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  LOOP: tl.constexpr, STAGES: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr):
     """dx = rstd * (dy*w' - xhat * mean(dy*w'*xhat)) [+ dres], w' = offset + w.
-    Each program owns rows_per_program consecutive rows and writes its fp32 partial of
-    dw = sum(dy * xhat) to DW_PARTIAL[pid, :]; the host side sums the partials. The op
-    launches about PROGRAMS_PER_SM programs per SM; STAGES row blocks' (whole rows) or
-    column blocks' (looped rows) loads are in flight per program."""
+    Each program owns rows_per_program consecutive rows and sums dw = sum(dy * xhat) over
+    them in fp32. It writes that partial to DW_PARTIAL[pid, :] for the host to sum
+    (deterministic); or, with atomic_dw (whole rows only), adds it into the zeroed fp32 row
+    DW_PARTIAL[0, :], and the last program to finish writes the total to DW in DX's dtype
+    (see _add_partial_and_finish). The op launches about PROGRAMS_PER_SM programs per SM;
+    STAGES row blocks' (whole rows) or column blocks' (looped rows) loads are in flight per
+    program."""
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     first = pid.to(tl.int64) * rows_per_program
@@ -159,7 +181,10 @@ def rms_norm_bwd(DX, DW_PARTIAL, DY, X, W, RSTD, n_rows, n_cols, stride_dx, stri
                                   other=0.0).to(tl.float32)
             tl.store(DX + rows[:, None] * stride_dx + c, dx.to(DX.dtype.element_ty), mask=mask)
             dw += dyf * xhat
-        tl.store(dw_row + cols, tl.sum(dw, axis=0), mask=col_mask)
+        if atomic_dw != 0:
+            _add_partial_and_finish(DW_PARTIAL, DW, SYNC, tl.sum(dw, axis=0), cols, col_mask)
+        else:
+            tl.store(dw_row + cols, tl.sum(dw, axis=0), mask=col_mask)
     else:
         # Long rows, BLOCK_M at a time: pass 1 takes each row's dot over its column blocks;
         # pass 2 writes dx and adds the block's column sums of dy * xhat to the partial row

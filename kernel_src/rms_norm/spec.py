@@ -96,7 +96,11 @@ BWD = KernelSpec(
             Param("offset", "fp32"), Param("rows_per_program", "i32"),
             # gradient of the residual output added to dx (has_dres = 1), else a placeholder
             Param("DRES", "ptr"), Param("stride_dres", "i64", divisible=True),
-            Param("has_dres", "i32")),
+            Param("has_dres", "i32"),
+            # atomic_dw = 1 (whole rows only): DW_PARTIAL is one zeroed fp32 row the programs
+            # add into, SYNC a zeroed counter, and the last program writes DW; else DW and
+            # SYNC are placeholders and DW_PARTIAL holds one partial row per program
+            Param("DW", "ptr"), Param("SYNC", "ptr", dtype="i32"), Param("atomic_dw", "i32")),
     options={"CASTING": (0, 1, 2)},
     configs=BWD_CONFIGS, rule=select_bwd_config,
 )

@@ -78,6 +78,25 @@ def persistent_grid(rows: int, device_index: int, per_sm: int = 4, split: int = 
     return (rows + rows_per_program - 1) // rows_per_program, rows_per_program
 
 
+def atomic_weight_grad(config) -> bool:
+    """Whether a norm backward with this config sums its weight (and bias) gradients with
+    atomic adds in the kernel (rms_norm / layer_norm kernels.py: one launch instead of a
+    partial buffer, a reduction and a cast): whole-row configs only (looped rows keep a
+    private partial row each), and never in torch's deterministic mode, as the order of
+    those sums varies from run to run (PyTorch's own convention for atomic reductions)."""
+    return not config.constexprs["LOOP"] and not torch.are_deterministic_algorithms_enabled()
+
+
+def accumulators(count: int, n: int, device) -> tuple:
+    """`count` zeroed fp32 rows of n and a zeroed int32 counter, from one allocation (one
+    memset): ((rows...), counter). Each starts 16-byte aligned, so the kernel keeps its
+    aligned variant."""
+    n_pad = (n + 3) // 4 * 4
+    buf = torch.zeros(count * n_pad + 4, dtype=torch.float32, device=device)
+    rows = tuple(buf[i * n_pad:i * n_pad + n] for i in range(count))
+    return rows, buf[count * n_pad:].view(torch.int32)
+
+
 @functools.lru_cache(maxsize=None)
 def multiprocessor_count(device_index: int) -> int:
     if device_index < 0:

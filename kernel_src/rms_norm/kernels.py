@@ -49,15 +49,15 @@ def _normalize(xf, w, rstd, offset, Y, CASTING: tl.constexpr):
 
 @triton.jit
 def _load_sum(x_ptrs, r_ptrs, s_ptrs, mask, has_residual, STORE: tl.constexpr,
-              RESIDUAL: tl.constexpr):
+              RESIDUAL: tl.constexpr, EVICT: tl.constexpr):
     """x as fp32; with has_residual, s = x + r rounded to the data dtype (and stored to S
     when STORE). The branch merges values in the data dtype (half the registers of fp32 for
     bf16/fp16). RESIDUAL=False compiles the residual path out. Tensors of every pointer share
-    one layout."""
-    x = tl.load(x_ptrs, mask=mask, other=0.0)
+    one layout. EVICT: the loads' L2 eviction policy ("" for the default)."""
+    x = tl.load(x_ptrs, mask=mask, other=0.0, eviction_policy=EVICT)
     if RESIDUAL:
         if has_residual != 0:
-            r = tl.load(r_ptrs, mask=mask, other=0.0)
+            r = tl.load(r_ptrs, mask=mask, other=0.0, eviction_policy=EVICT)
             x = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype)
             if STORE:
                 tl.store(s_ptrs, x, mask=mask)
@@ -89,17 +89,22 @@ def rms_norm_fwd(Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, offset,
             # the widest whole-row configs have no registers to spare: no residual path
             # there (spec.select_config sends fused calls of longer rows to looped configs)
             xf = _load_sum(x_row + c, r_row + c, s_row + c, mask, has_residual, True,
-                           BLOCK_N <= RESIDUAL_MAX_BLOCK_N)
+                           BLOCK_N <= RESIDUAL_MAX_BLOCK_N, "")
             rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, axis=1) / n_cols + eps)
             w = tl.load(W + cols, mask=cols < n_cols, other=0.0)
             y = _normalize(xf, w[None, :], rstd[:, None], offset, Y, CASTING)
             tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
         else:
+            # Pass 2 re-reads the row: pass 1 asks L2 to keep it (evict_last) and pass 2 to
+            # drop it once read (evict_first), so rows still waiting for pass 2 stay cached.
+            # A minimal looped kernel went 59-62% -> 71-73% of copy at 32K-64K on an H200
+            # (benchmarks/experiment_norm_hints.py); whole rows only lost with hints.
             acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
             for start in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
                 c = (start + cols)[None, :]
                 mask = row_mask[:, None] & (c < n_cols)
-                xf = _load_sum(x_row + c, r_row + c, s_row + c, mask, has_residual, True, True)
+                xf = _load_sum(x_row + c, r_row + c, s_row + c, mask, has_residual, True, True,
+                               "evict_last")
                 acc += xf * xf
             rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=1) / n_cols + eps)
             for start in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
@@ -108,7 +113,7 @@ def rms_norm_fwd(Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, offset,
                 mask = row_mask[:, None] & (c < n_cols)
                 # recomputes s = x + r (same rounding) rather than reading S back
                 xf = _load_sum(x_row + c, r_row + c, s_row + c, mask, has_residual, False,
-                               True)
+                               True, "evict_first")
                 w = tl.load(W + c1, mask=c1 < n_cols, other=0.0)
                 y = _normalize(xf, w[None, :], rstd[:, None], offset, Y, CASTING)
                 tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)

@@ -14,9 +14,9 @@ import os
 import sys
 
 import torch
-from triton.testing import do_bench
 
 from _gpu import copy_bandwidth
+from kernels import Bench
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from liger_aot.ops import layer_norm as ln_mod  # noqa: E402
@@ -24,16 +24,8 @@ from liger_aot.ops import rms_norm as rms_mod  # noqa: E402
 
 
 def graph_ms(fn) -> float:
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return do_bench(graph.replay, warmup=25, rep=200, return_mode="median")
+    """Median of CUDA-graph replays of fn, kernels.py's procedure (do_bench, 25 / 200 ms)."""
+    return Bench("cuda", warmup_ms=25, rep_ms=200).time_graph(fn)
 
 
 def cases(n_cols):

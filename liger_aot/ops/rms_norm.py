@@ -86,9 +86,8 @@ def _backward(dy, s2, weight, rstd, offset, casting, dres=None, in_place=False,
                                                  config.constexprs["PROGRAMS_PER_SM"])
     atomic = rows and n and atomic_weight_grad(config)
     if atomic:
-        (dw_acc,), sync = accumulators(1, n, s2.device)
+        (dw_partial,), sync = accumulators(1, n, s2.device)  # one zeroed row, a counter
         dw = torch.empty(n, dtype=s2.dtype, device=s2.device)  # written by the last program
-        dw_partial = dw_acc
     else:
         dw_partial = torch.empty((programs, n), dtype=torch.float32, device=s2.device)
         dw, sync = dx, dw_partial  # placeholders, never touched

@@ -27,7 +27,8 @@ from liger_aot.kernel_src.rms_norm import spec as rms_norm
 from liger_aot.kernel_src.softmax import spec as softmax
 from liger_aot.kernel_src.spec import Config, KernelSpec, next_power_of_2
 from liger_aot.kernel_src.swiglu import spec as swiglu
-from liger_aot.ops._common import block_grid, multiprocessor_count, persistent_grid
+from liger_aot.ops._common import (accumulators, atomic_weight_grad, block_grid,
+                                   multiprocessor_count, persistent_grid)
 
 KEEP_WITHIN = 0.02  # keep the heuristic config unless the best is more than 2% faster
 TOLERANCE = 2e-2  # relative error (norm) against the fp32 torch reference
@@ -174,7 +175,7 @@ def rms_norm_inputs(rows, n, flag, dtype, device):
     y.backward(dy.float())
     t.update(y_ref=y.detach(), rstd_ref=rstd.detach(), s_in=s, dy=dy,
              dx=torch.empty_like(x), dx_ref=sf.grad + (t["dres"].float() if flag else 0),
-             dw_partial_ref=wf.grad)
+             dw_ref=wf.grad)
     return t
 
 
@@ -192,24 +193,41 @@ def layer_norm_inputs(rows, n, flag, dtype, device):
     return {"x": x, "w": w, "b": b, "y": torch.empty_like(x), "mean": stats(),
             "rstd": stats(), "y_ref": y.detach(), "mean_ref": mean.detach(),
             "rstd_ref": rstd.detach(), "dy": dy, "dx": torch.empty_like(x),
-            "dx_ref": xf.grad, "dw_partial_ref": wf.grad, "db_partial_ref": bf.grad}
+            "dx_ref": xf.grad, "dw_ref": wf.grad, "db_ref": bf.grad}
 
 
 def persistent_partials(t, config):
-    """A norm backward's grid for the config (its PROGRAMS_PER_SM) and fp32 partial buffers
-    of that many rows, kept per program count."""
+    """A norm backward's grid for the config (its PROGRAMS_PER_SM) and its weight-gradient
+    outputs, as the op has them (atomic_weight_grad): for whole rows the dw (db) tensors the
+    kernel's last program writes, else fp32 partial buffers of one row per program, kept per
+    program count (the check sums them)."""
     x = t["dy"]
     rows, n = x.shape
     programs, t["rows_per_program"] = persistent_grid(rows, x.get_device(),
                                                       config.constexprs["PROGRAMS_PER_SM"])
     t["programs"] = programs
+    t["atomic"] = atomic_weight_grad(config)
     kept = t.setdefault("partials", {})
-    for name in ("dw_partial", "db_partial"):
+    for name in ("dw", "db"):
         if name + "_ref" in t:
-            if (name, programs) not in kept:
-                kept[name, programs] = torch.empty(programs, n, dtype=torch.float32,
-                                                   device=x.device)
-            t[name] = kept[name, programs]
+            key = (name, 0 if t["atomic"] else programs)
+            if key not in kept:
+                shape = (n,) if t["atomic"] else (programs, n)
+                kept[key] = torch.empty(shape, device=x.device,
+                                        dtype=x.dtype if t["atomic"] else torch.float32)
+            t[name] = kept[key]
+
+
+def _weight_grad_args(t, names):
+    """(sum rows, outputs, counter, atomic flag) of a norm backward launch, as the op passes
+    them: in atomic mode zeroed fp32 rows and a counter from one fresh allocation each call
+    (its memset is part of what is timed, as in the op), else the partial buffers with the
+    outputs and counter as placeholders."""
+    if t["atomic"]:
+        sums, sync = accumulators(len(names), t["dy"].shape[1], t["dy"].device)
+        return sums, tuple(t[name] for name in names), sync, 1
+    partials = tuple(t[name] for name in names)
+    return partials, (t["dx"],) * len(names), partials[0], 0
 
 
 def glu_inputs(rows, n, flag, dtype, device):
@@ -256,9 +274,10 @@ def rms_norm_fwd(fn, t, config):
 def rms_norm_bwd(fn, t, config):
     s, rows, n = t["s_in"], *t["s_in"].shape
     dres = t.get("dres", t["dy"])
+    (dw_sum,), (dw,), sync, atomic = _weight_grad_args(t, ("dw",))
     _run(fn, (t["programs"],),
-         (t["dx"], t["dw_partial"], t["dy"], s, t["w"], t["rstd_ref"], rows, n, n, n, n, 0.0,
-          t["rows_per_program"], dres, n, int("dres" in t), t["dx"], t["dw_partial"], 0),
+         (t["dx"], dw_sum, t["dy"], s, t["w"], t["rstd_ref"], rows, n, n, n, n, 0.0,
+          t["rows_per_program"], dres, n, int("dres" in t), dw, sync, atomic),
          config, CASTING=0)
 
 
@@ -270,10 +289,10 @@ def layer_norm_fwd(fn, t, config):
 
 def layer_norm_bwd(fn, t, config):
     x, rows, n = t["x"], *t["x"].shape
+    (dw_sum, db_sum), (dw, db), sync, atomic = _weight_grad_args(t, ("dw", "db"))
     _run(fn, (t["programs"],),
-         (t["dx"], t["dw_partial"], t["db_partial"], t["dy"], x, t["w"], t["mean_ref"],
-          t["rstd_ref"], rows, n, n, n, n, t["rows_per_program"], t["dx"], t["dx"],
-          t["dw_partial"], 0), config)
+         (t["dx"], dw_sum, db_sum, t["dy"], x, t["w"], t["mean_ref"], t["rstd_ref"], rows, n,
+          n, n, n, t["rows_per_program"], dw, db, sync, atomic), config)
 
 
 def glu_fwd(fn, t, config):
@@ -342,12 +361,12 @@ CASES = {case.spec.name: case for case in (
                rms_norm_fwd, ("y", "rstd", "s"), (2, 4), **_FWD_LIMITS,
                flag_whole_row_max=rms_norm.RESIDUAL_MAX_BLOCK_N),
     _rows_case(rms_norm.BWD, _shapes(_NORM_NS, flag_ns=_NORM_NS), rms_norm_inputs,
-               rms_norm_bwd, ("dx", "dw_partial"), (3, 4), persistent_partials,
+               rms_norm_bwd, ("dx", "dw"), (3, 4), persistent_partials,
                **_BWD_LIMITS, flag_whole_row_max=rms_norm.DRES_MAX_BLOCK_N),
     _rows_case(layer_norm.FWD, _shapes(_NORM_NS), layer_norm_inputs,
                layer_norm_fwd, ("y", "mean", "rstd"), (2, 2), **_FWD_LIMITS),
     _rows_case(layer_norm.BWD, _shapes(_NORM_NS), layer_norm_inputs,
-               layer_norm_bwd, ("dx", "dw_partial", "db_partial"), (3, 3),
+               layer_norm_bwd, ("dx", "dw", "db"), (3, 3),
                persistent_partials, **_BWD_LIMITS),
     Case(swiglu.FWD, ((8192, 4096), (8192, 14336), (8192, 28672)), glu_inputs, glu_fwd,
          ("c",), (3, 3), tile_configs),

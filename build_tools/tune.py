@@ -196,7 +196,7 @@ def layer_norm_inputs(rows, n, flag, dtype, device):
             "dx_ref": xf.grad, "dw_ref": wf.grad, "db_ref": bf.grad}
 
 
-def persistent_partials(t, config):
+def norm_backward_buffers(t, config):
     """A norm backward's grid for the config (its PROGRAMS_PER_SM) and its weight-gradient
     outputs, as the op has them (atomic_weight_grad): for whole rows the dw (db) tensors the
     kernel's last program writes, else fp32 partial buffers of one row per program, kept per
@@ -361,13 +361,13 @@ CASES = {case.spec.name: case for case in (
                rms_norm_fwd, ("y", "rstd", "s"), (2, 4), **_FWD_LIMITS,
                flag_whole_row_max=rms_norm.RESIDUAL_MAX_BLOCK_N),
     _rows_case(rms_norm.BWD, _shapes(_NORM_NS, flag_ns=_NORM_NS), rms_norm_inputs,
-               rms_norm_bwd, ("dx", "dw"), (3, 4), persistent_partials,
+               rms_norm_bwd, ("dx", "dw"), (3, 4), norm_backward_buffers,
                **_BWD_LIMITS, flag_whole_row_max=rms_norm.DRES_MAX_BLOCK_N),
     _rows_case(layer_norm.FWD, _shapes(_NORM_NS), layer_norm_inputs,
                layer_norm_fwd, ("y", "mean", "rstd"), (2, 2), **_FWD_LIMITS),
     _rows_case(layer_norm.BWD, _shapes(_NORM_NS), layer_norm_inputs,
                layer_norm_bwd, ("dx", "dw", "db"), (3, 3),
-               persistent_partials, **_BWD_LIMITS),
+               norm_backward_buffers, **_BWD_LIMITS),
     Case(swiglu.FWD, ((8192, 4096), (8192, 14336), (8192, 28672)), glu_inputs, glu_fwd,
          ("c",), (3, 3), tile_configs),
     Case(swiglu.BWD, ((8192, 4096), (8192, 14336), (8192, 28672)), glu_inputs, glu_bwd,

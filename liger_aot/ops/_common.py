@@ -97,6 +97,23 @@ def accumulators(count: int, n: int, device) -> tuple:
     return rows, buf[count * n_pad:].view(torch.int32)
 
 
+def weight_grad_buffers(config, rows: int, n: int, programs: int, count: int, dtype, device,
+                        placeholder: torch.Tensor) -> tuple:
+    """A norm backward's buffers for its `count` column-sum gradients (dw, and db), as
+    (sums, outputs, counter, atomic flag). Atomic (atomic_weight_grad, with something to
+    compute): zeroed fp32 rows and a counter (accumulators) that the kernel adds into, and the
+    (n,) outputs of `dtype` its last program writes. Else fp32 partial buffers of one row per
+    program, for the caller to sum; `placeholder` then stands in for the outputs and the
+    partials for the counter (neither is touched)."""
+    if rows and n and atomic_weight_grad(config):
+        sums, sync = accumulators(count, n, device)
+        outputs = tuple(torch.empty(n, dtype=dtype, device=device) for _ in range(count))
+        return sums, outputs, sync, 1
+    partials = tuple(torch.empty((programs, n), dtype=torch.float32, device=device)
+                     for _ in range(count))
+    return partials, (placeholder,) * count, partials[0], 0
+
+
 @functools.lru_cache(maxsize=None)
 def multiprocessor_count(device_index: int) -> int:
     if device_index < 0:

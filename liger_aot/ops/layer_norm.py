@@ -10,8 +10,8 @@ import torch
 from liger_aot.kernel_src.layer_norm import spec
 from liger_aot.runtime import Kernel
 
-from ._common import (accumulators, atomic_weight_grad, block_grid, check_float,
-                      check_same_device, persistent_grid, row_stride, rows_view)
+from ._common import (block_grid, check_float, check_same_device, persistent_grid, row_stride,
+                      rows_view, weight_grad_buffers)
 
 _fwd = Kernel(spec.FWD)
 _bwd = Kernel(spec.BWD)
@@ -47,23 +47,15 @@ def layer_norm_backward(dy, x2, weight, mean, rstd, need_dw=True, need_db=True):
     config = _bwd.select_config(device, n, dtype=x2.dtype)
     programs, rows_per_program = persistent_grid(rows, device,
                                                  config.constexprs["PROGRAMS_PER_SM"])
-    atomic = rows and n and atomic_weight_grad(config)
-    if atomic:
-        (dw_partial, db_partial), sync = accumulators(2, n, x2.device)
-        # written by the last program
-        dw = torch.empty(n, dtype=x2.dtype, device=x2.device)
-        db = torch.empty(n, dtype=x2.dtype, device=x2.device)
-    else:
-        dw_partial = torch.empty((programs, n), dtype=torch.float32, device=x2.device)
-        db_partial = torch.empty((programs, n), dtype=torch.float32, device=x2.device)
-        dw, db, sync = dx, dx, dw_partial  # placeholders, never touched
+    (dw_sum, db_sum), (dw, db), sync, atomic = weight_grad_buffers(
+        config, rows, n, programs, 2, x2.dtype, x2.device, dx)
     if rows and n:
-        _bwd.launch((programs,), dx, dw_partial, db_partial, dy2, x2, weight, mean, rstd,
+        _bwd.launch((programs,), dx, dw_sum, db_sum, dy2, x2, weight, mean, rstd,
                     rows, n, row_stride(dx), row_stride(dy2), row_stride(x2), rows_per_program,
-                    dw, db, sync, int(atomic), dtype=x2.dtype, config=config)
+                    dw, db, sync, atomic, dtype=x2.dtype, config=config)
     if not atomic:
-        dw = dw_partial.sum(0).to(weight.dtype) if need_dw else None
-        db = db_partial.sum(0).to(weight.dtype) if need_db else None
+        dw = dw_sum.sum(0).to(weight.dtype) if need_dw else None
+        db = db_sum.sum(0).to(weight.dtype) if need_db else None
     return dx, dw if need_dw else None, db if need_db else None
 
 

@@ -10,9 +10,9 @@ import torch
 from liger_aot.kernel_src.rms_norm import spec
 from liger_aot.runtime import Kernel
 
-from ._common import (accumulators, atomic_weight_grad, block_grid, check_float,
-                      check_same_device, check_same_dtype, check_same_shape, persistent_grid,
-                      row_stride, rows_view)
+from ._common import (block_grid, check_float, check_same_device, check_same_dtype,
+                      check_same_shape, persistent_grid, row_stride, rows_view,
+                      weight_grad_buffers)
 
 _fwd = Kernel(spec.FWD)
 _bwd = Kernel(spec.BWD)
@@ -84,26 +84,20 @@ def _backward(dy, s2, weight, rstd, offset, casting, dres=None, in_place=False,
     config = _bwd.select_config(device, n, has_dres, dtype=s2.dtype)
     programs, rows_per_program = persistent_grid(rows, device,
                                                  config.constexprs["PROGRAMS_PER_SM"])
-    atomic = rows and n and atomic_weight_grad(config)
-    if atomic:
-        (dw_partial,), sync = accumulators(1, n, s2.device)  # one zeroed row, a counter
-        dw = torch.empty(n, dtype=s2.dtype, device=s2.device)  # written by the last program
-    else:
-        dw_partial = torch.empty((programs, n), dtype=torch.float32, device=s2.device)
-        dw, sync = dx, dw_partial  # placeholders, never touched
+    (dw_sum,), (dw,), sync, atomic = weight_grad_buffers(config, rows, n, programs, 1,
+                                                         s2.dtype, s2.device, dx)
     if rows and n:
-        _bwd.launch((programs,), dx, dw_partial, dy2, s2, weight, rstd, rows, n,
+        _bwd.launch((programs,), dx, dw_sum, dy2, s2, weight, rstd, rows, n,
                     row_stride(dx), row_stride(dy2), row_stride(s2), float(offset),
                     rows_per_program, dres2, row_stride(dres2), int(has_dres), dw, sync,
-                    int(atomic), dtype=s2.dtype, config=config,
-                    options=(("CASTING", casting),))
+                    atomic, dtype=s2.dtype, config=config, options=(("CASTING", casting),))
     elif has_dres:
         dx.copy_(dres2)
     if not need_dw:
         return dx, None
     if atomic:
         return dx, dw
-    return dx, dw_partial.sum(0).to(weight.dtype) if rows else torch.zeros_like(weight)
+    return dx, dw_sum.sum(0).to(weight.dtype) if rows else torch.zeros_like(weight)
 
 
 # Kept for callers of the first API: (y with x's shape, x as rows, rstd) and (dx, dw).

@@ -69,31 +69,38 @@ def _exchange(SLOTS, STUCK, group, member, n_groups, phase, vals, spins,
 
 
 @triton.jit
+def _member(GROUP: tl.constexpr):
+    """(group, member, n_groups) of this program: groups of GROUP consecutive programs."""
+    pid = tl.program_id(0)
+    return pid // GROUP, pid % GROUP, tl.num_programs(0) // GROUP
+
+
+@triton.jit
+def _columns(member, n_cols, BLOCK: tl.constexpr):
+    """The member's columns of a row and their mask."""
+    cols = member * BLOCK + tl.arange(0, BLOCK)
+    return cols, cols < n_cols
+
+
+@triton.jit
 def barrier_only(SLOTS, STUCK, rounds, GROUP: tl.constexpr, GROUP_P2: tl.constexpr,
                  BLOCK_M: tl.constexpr):
-    pid = tl.program_id(0)
-    n_groups = tl.num_programs(0) // GROUP
-    group = pid // GROUP
-    member = pid % GROUP
+    group, member, n_groups = _member(GROUP)
     acc = tl.zeros([BLOCK_M, 1], dtype=tl.float32)
     spins = 0
     for phase in range(0, rounds):
         allv, spins = _exchange(SLOTS, STUCK, group, member, n_groups, phase, acc + 1.0, spins,
                          GROUP, GROUP_P2, BLOCK_M, 1)
         acc += tl.sum(allv, axis=1) - GROUP
-    tl.store(STUCK + 1 + pid, tl.sum(tl.sum(acc, axis=1), axis=0).to(tl.int32))
+    tl.store(STUCK + 1 + tl.program_id(0), tl.sum(tl.sum(acc, axis=1), axis=0).to(tl.int32))
 
 
 @triton.jit
 def ce_tag(LOSS, GRAD, LOGITS, TARGET, SLOTS, STUCK, n_rows, n_cols, stride, scale,
            GROUP: tl.constexpr, GROUP_P2: tl.constexpr, BLOCK_M: tl.constexpr,
            BLOCK_V: tl.constexpr, PREFETCH: tl.constexpr):
-    pid = tl.program_id(0)
-    n_groups = tl.num_programs(0) // GROUP
-    group = pid // GROUP
-    member = pid % GROUP
-    cols = member * BLOCK_V + tl.arange(0, BLOCK_V)
-    cmask = cols < n_cols
+    group, member, n_groups = _member(GROUP)
+    cols, cmask = _columns(member, n_cols, BLOCK_V)
     mm = tl.arange(0, BLOCK_M)
     kk = tl.arange(0, 4)[None, :]
     n_blocks = tl.cdiv(n_rows, BLOCK_M)
@@ -142,12 +149,8 @@ def ce_tag(LOSS, GRAD, LOGITS, TARGET, SLOTS, STUCK, n_rows, n_cols, stride, sca
 def rms_tag_fwd(Y, X, W, RSTD, SLOTS, STUCK, n_rows, n_cols, eps,
                 GROUP: tl.constexpr, GROUP_P2: tl.constexpr, BLOCK_M: tl.constexpr,
                 BLOCK_N: tl.constexpr, PREFETCH: tl.constexpr):
-    pid = tl.program_id(0)
-    n_groups = tl.num_programs(0) // GROUP
-    group = pid // GROUP
-    member = pid % GROUP
-    cols = member * BLOCK_N + tl.arange(0, BLOCK_N)
-    cmask = cols < n_cols
+    group, member, n_groups = _member(GROUP)
+    cols, cmask = _columns(member, n_cols, BLOCK_N)
     mm = tl.arange(0, BLOCK_M)
     w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
     n_blocks = tl.cdiv(n_rows, BLOCK_M)
@@ -185,12 +188,8 @@ def rms_tag_fwd(Y, X, W, RSTD, SLOTS, STUCK, n_rows, n_cols, eps,
 def rms_tag_bwd(DX, DWP, DY, X, W, RSTD, SLOTS, STUCK, n_rows, n_cols,
                 GROUP: tl.constexpr, GROUP_P2: tl.constexpr, BLOCK_M: tl.constexpr,
                 BLOCK_N: tl.constexpr, PREFETCH: tl.constexpr):
-    pid = tl.program_id(0)
-    n_groups = tl.num_programs(0) // GROUP
-    group = pid // GROUP
-    member = pid % GROUP
-    cols = member * BLOCK_N + tl.arange(0, BLOCK_N)
-    cmask = cols < n_cols
+    group, member, n_groups = _member(GROUP)
+    cols, cmask = _columns(member, n_cols, BLOCK_N)
     mm = tl.arange(0, BLOCK_M)
     w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
     dw = tl.zeros([BLOCK_N], dtype=tl.float32)

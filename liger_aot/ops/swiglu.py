@@ -37,31 +37,56 @@ _empty_like = torch.empty_like
 _CONTIGUOUS = torch.contiguous_format
 
 
+_MAX_PLANS = 1024
+_plans = {}  # (rows, n, device, dtype) -> (forward grid, config, backward grid, config)
+
+
+def _plan(rows, n, device, dtype):
+    """The launch shapes of both kernels for one call shape: resolved once, then one dict
+    lookup per call (forward) and none in the backward, which gets them from the forward."""
+    key = (rows, n, device, dtype)
+    plan = _plans.get(key)
+    if plan is None:
+        fwd_config = _fwd.select_config(device, n, dtype=dtype)
+        bwd_config = _bwd.select_config(device, n, dtype=dtype)
+        plan = (spec.grid(rows, n, fwd_config), fwd_config, spec.grid(rows, n, bwd_config),
+                bwd_config)
+        if len(_plans) < _MAX_PLANS:  # bounded: shapes could be unbounded
+            _plans[key] = plan
+    return plan
+
+
 def _forward(a, b, act):
-    """glu_forward's work, plus (rows, n, device index, dtype, act) for the backward."""
+    """glu_forward's work, plus (rows, n, device index, dtype, act, backward grid, backward
+    config) for the backward."""
     n = a.shape[-1]
-    c = _empty_like(a, memory_format=_CONTIGUOUS)  # = torch.empty(a.shape, like a)
+    if a.is_contiguous():  # _rows, inlined
+        a2, stride_a = a, n
+        c = _empty_like(a)  # a's (contiguous) layout; the format argument costs host time
+    else:
+        a2, stride_a = _rows("a", a, n)
+        c = _empty_like(a, memory_format=_CONTIGUOUS)  # = torch.empty(a.shape, like a)
     rows = a.numel() // n if n else 0
     dtype = a.dtype
     if rows == 0:
-        return c, a, b, (0, n, -1, dtype, act)
-    if a.is_contiguous():  # _rows, inlined
-        a2, stride_a = a, n
-    else:
-        a2, stride_a = _rows("a", a, n)
+        return c, a, b, (0, n, -1, dtype, act, None, None)
     if b.is_contiguous():
         b2, stride_b = b, n
     else:
         b2, stride_b = _rows("b", b, n)
     device = a2.get_device()
-    config = _fwd.select_config(device, n, dtype=dtype)
-    _fwd.launch(spec.grid(rows, n, config), c, a2, b2, rows, n, n, stride_a, stride_b, act,
-                dtype=dtype, config=config)
-    return c, a2, b2, (rows, n, device, dtype, act)
+    grid, config, bwd_grid, bwd_config = _plan(rows, n, device, dtype)
+    _fwd.launch(grid, c, a2, b2, rows, n, n, stride_a, stride_b, act, dtype=dtype,
+                config=config)
+    return c, a2, b2, (rows, n, device, dtype, act, bwd_grid, bwd_config)
 
 
-def _launch_backward(da, db, dc, a2, b2, rows, n, device, dtype, act):
-    dc2, stride_dc = _rows("grad_output", dc, n)
+def _launch_backward(da, db, dc, a2, b2, rows, n, device, dtype, act, grid=None, config=None):
+    """The backward kernel; grid and config as _plan gives them (looked up when None)."""
+    if dc.is_contiguous():  # _rows, inlined
+        dc2, stride_dc = dc, n
+    else:
+        dc2, stride_dc = _rows("grad_output", dc, n)
     if dc2.dtype is not dtype:
         dc2 = dc2.to(dtype)  # keeps the layout, so stride_dc holds
     # rows and strides of the tensors as unpacked: a saved-tensor hook may have changed the
@@ -74,9 +99,10 @@ def _launch_backward(da, db, dc, a2, b2, rows, n, device, dtype, act):
         stride_b = n
     else:
         b2, stride_b = _rows("b", b2, n)
-    config = _bwd.select_config(device, n, dtype=dtype)
-    _bwd.launch(spec.grid(rows, n, config), da, db, dc2, a2, b2, rows, n,
-                n, n, stride_dc, stride_a, stride_b, act, dtype=dtype, config=config)
+    if config is None:
+        _, _, grid, config = _plan(rows, n, device, dtype)
+    _bwd.launch(grid, da, db, dc2, a2, b2, rows, n, n, n, stride_dc, stride_a, stride_b, act,
+                dtype=dtype, config=config)
 
 
 def glu_forward(a, b, act=ACT_SILU):
@@ -109,16 +135,19 @@ class GatedFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dc):
         a2, b2 = ctx.saved_tensors
-        rows, n, device, dtype, act = ctx.plan
+        rows, n, device, dtype, act, grid, config = ctx.plan
         if ctx.in_place and _may_overwrite(a2, b2, dtype):
             da, db = a2, b2  # each element of a, b is read before its gradient is written
         else:
             # dc has c's shape, device and dtype (autograd checks the gradients it passes),
             # so the gradients are allocated like it: a's shape, contiguous
-            da = _empty_like(dc, dtype=dtype, memory_format=_CONTIGUOUS)
-            db = _empty_like(dc, dtype=dtype, memory_format=_CONTIGUOUS)
+            if dc.dtype is dtype and dc.is_contiguous():
+                da, db = _empty_like(dc), _empty_like(dc)  # (the arguments cost host time)
+            else:
+                da = _empty_like(dc, dtype=dtype, memory_format=_CONTIGUOUS)
+                db = _empty_like(dc, dtype=dtype, memory_format=_CONTIGUOUS)
         if rows:
-            _launch_backward(da, db, dc, a2, b2, rows, n, device, dtype, act)
+            _launch_backward(da, db, dc, a2, b2, rows, n, device, dtype, act, grid, config)
         return da, db, None, None
 
 
@@ -230,14 +259,16 @@ def gated(a, b, act, in_place=False):
 
 
 def checked_gated(a, b, act, in_place=False):
-    """check_gated(a, b), then gated(a, b, act). The eager call with good inputs takes one
-    test (Tensor.is_same_size instead of comparing two torch.Size objects: torch.compile would
-    break the graph on it, so the compiled path keeps check_gated); anything else goes through
+    """check_gated(a, b), then gated(a, b, act). The eager call with good inputs on a GPU
+    takes one test (Tensor.is_same_size instead of comparing two torch.Size objects, device
+    indices instead of device objects: torch.compile would break the graph on the former, so
+    the compiled path keeps check_gated); anything else, CPU tensors included, goes through
     check_gated, whose errors name what is wrong."""
     if not _is_compiling() and _gated_apply is not None:
         apply, functorch_active, unwrap_if_dead = _gated_apply
         if (type(a) is torch.Tensor and type(b) is torch.Tensor and (dtype := a.dtype) is b.dtype
-                and dtype in SUPPORTED_DTYPES and a.is_same_size(b) and a.device == b.device
+                and dtype in SUPPORTED_DTYPES and a.is_same_size(b)
+                and (device := a.get_device()) >= 0 and device == b.get_device()
                 and a.dim() > 0 and not functorch_active()):
             return apply(unwrap_if_dead(a), unwrap_if_dead(b), act, in_place)
     check_gated(a, b)

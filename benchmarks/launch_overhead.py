@@ -8,7 +8,8 @@ Prints three tables and writes launch_overhead.csv (and first_call.csv) to --out
 1. us per launch of the same kernel at a tiny shape: liger-aot's loader (whole Kernel call:
    variant lookup, alignment check, packing, cuLaunchKernel), the bare pre-resolved launcher,
    and Triton's JIT launch `fn[grid](...)`, warm.
-2. us per whole op call at 1 x 4096 bf16: liger-aot against torch eager.
+2. us per whole op call at 1 x 4096 bf16: liger-aot against torch eager, timed in
+   alternating rounds (best round of each).
 3. first-call latency per op in a fresh process (module load included), against the second.
 Host-bound timings: many calls between two synchronizes, wall clock per call.
 """
@@ -41,6 +42,25 @@ def per_call_us(fn, iters: int) -> float:
         torch.cuda.synchronize()
         best = min(best, (time.perf_counter() - start) / iters * 1e6)
     return best
+
+
+def paired_per_call_us(first, second, iters: int, rounds: int = 9) -> tuple:
+    """per_call_us of two callables in alternating rounds, best round of each: the host's
+    state (clocks, other processes) drifts between runs by up to 2x, and alternating gives
+    both sides the same share of it."""
+    for fn in (first, second):
+        for _ in range(50):
+            fn()
+    torch.cuda.synchronize()
+    best = [float("inf"), float("inf")]
+    for _ in range(rounds):
+        for i, fn in enumerate((first, second)):
+            start = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            torch.cuda.synchronize()
+            best[i] = min(best[i], (time.perf_counter() - start) / iters * 1e6)
+    return tuple(best)
 
 
 def launch_table(iters: int) -> list:
@@ -110,7 +130,7 @@ def op_table(iters: int) -> list:
         "SwiGLU forward+backward": (lambda: ops.liger_swiglu(a, b).backward(g),
                                     lambda: (F.silu(a) * b).backward(g)),
     }
-    return [(name, per_call_us(ours, iters), per_call_us(eager, iters))
+    return [(name, *paired_per_call_us(ours, eager, iters))
             for name, (ours, eager) in cases.items()]
 
 

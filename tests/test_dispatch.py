@@ -405,6 +405,42 @@ def test_runtime_imports_without_triton(tmp_path):
     assert res.stdout.startswith("OK"), res.stdout
 
 
+JIT_SPECIALIZATION = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+    from triton.runtime.jit import JITFunction
+    from liger_aot.kernel_src import all_specs, jit_function, triton_function
+
+    for spec in all_specs():
+        fn = jit_function(spec)
+        assert isinstance(fn, JITFunction) and fn.fn is triton_function(spec).fn, spec.name
+        params = {p.name: p for p in fn.params}
+        for param in spec.params:
+            p = params[param.name]
+            assert p.do_not_specialize == (param.kind != "ptr" and not param.divisible), (
+                spec.name, param.name)
+            if p.do_not_specialize:  # a value of 1 stays a runtime value, as in the AOT build
+                got = native_specialize_impl(BaseBackend, 1, False, False, True)
+                assert got == ("i32", None), got
+    print("OK", len(all_specs()))
+""")
+
+
+def test_jit_launches_specialize_as_the_aot_build(tmp_path):
+    """The tuner and the JIT fallback compile through jit_function, which keeps Triton from
+    turning a 1 in a runtime int (a flag such as has_dres) into a constant: the AOT build
+    does not, and a tuner that did timed kernels other than the ones shipped."""
+    env = {k: v for k, v in __import__("os").environ.items()
+           if k not in ("TRITON_INTERPRET", "PYTHONPATH")}
+    env["PYTHONPATH"] = str(REPO)
+    res = subprocess.run([sys.executable, "-c", JIT_SPECIALIZATION, str(REPO)], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.startswith("OK"), res.stdout
+
+
 # -- the driver launcher, against a stand-in libcuda -----------------------------------------
 
 STUB_LIBCUDA = r"""

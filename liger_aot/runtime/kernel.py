@@ -175,9 +175,9 @@ def _fast_path_source(spec: KernelSpec) -> str:
 
 
 def _jit_launcher(variant):
-    from liger_aot.kernel_src import triton_function
+    from liger_aot.kernel_src import jit_function
 
-    fn = triton_function(variant.spec)
+    fn = jit_function(variant.spec)  # the AOT variant's specialization, not the JIT's own
     constexprs = variant.constexprs()
     num_warps, num_stages = variant.config.num_warps, variant.config.num_stages
 

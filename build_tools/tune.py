@@ -6,12 +6,15 @@ For each spec in CASES and each of its representative shapes (one per size bucke
 heuristic rule's config and the case's candidates (configs valid for every row length of the
 bucket) run once through Triton JIT of the kernel source and are checked against a torch
 reference (a failing or wrong candidate is dropped), then timed (triton.testing.do_bench,
-median). The heuristic config stays unless the best is more than KEEP_WITHIN faster.
+median). Cases with also_rows time every candidate at those row counts too and score it by
+its mean time relative to the best at each shape. The heuristic config stays unless the
+best is more than KEEP_WITHIN faster (better scored).
 Measured in bf16; the choice serves data of bf16's element size (bf16, fp16), other dtypes
 take the rule (kernel_src/tuning.py select).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -138,7 +141,7 @@ def tile_configs(bucket: int, flag: bool = False):
 
 def _rows(n: int) -> int:
     """Rows of a representative shape: 16384 (tokens of a training step), at most 64M
-    elements."""
+    elements. The norm backwards are also timed at suite_rows(n) (more rows for n < 4096)."""
     return min(16384, 2**26 // n)
 
 
@@ -339,6 +342,7 @@ class Case:
     passes: tuple
     candidates: Callable
     prepare: Callable | None = None
+    also_rows: Callable | None = None  # n_cols -> more row counts to time (see tune)
 
 
 def _rows_case(spec, shapes, make, launch, outputs, passes, prepare=None, **limits):
@@ -346,7 +350,20 @@ def _rows_case(spec, shapes, make, launch, outputs, passes, prepare=None, **limi
                 lambda bucket, flag=False: row_configs(bucket, flag, **limits), prepare)
 
 
+def suite_rows(n: int) -> int:
+    """Rows of the benchmark suite's norm shapes (benchmarks/kernels.py: 64M elements)."""
+    return max(1, 2**26 // n)
+
+
 _NORM_NS = (1024, 2048, 4096, 8192, 16384, 32768, 65536)
+
+
+def _suite_rows_if_more(n: int) -> tuple:
+    """The norm backwards' second shape: their fixed cost per launch (the weight-gradient
+    sum, the grid's tail) weighs more at 16384 rows than at the suite's 65536 x 1024, and an
+    H200 tune at 16384 rows alone picked a fused add 1K backward that ran 72% -> 59% of copy
+    in the suite (docs/perf-notes.md, session 6)."""
+    return (suite_rows(n),) if suite_rows(n) > _rows(n) else ()
 _FWD_LIMITS = {"max_tile": 32768, "whole_row_max": 32768, "loop_from": 8192,
                "launches": forward_launches}
 # Backward whole rows up to 16K columns: on 32 warps, 16 elements a thread of x, dy, w and
@@ -360,14 +377,16 @@ CASES = {case.spec.name: case for case in (
     _rows_case(rms_norm.FWD, _shapes(_NORM_NS, flag_ns=_NORM_NS), rms_norm_inputs,
                rms_norm_fwd, ("y", "rstd", "s"), (2, 4), **_FWD_LIMITS,
                flag_whole_row_max=rms_norm.RESIDUAL_MAX_BLOCK_N),
-    _rows_case(rms_norm.BWD, _shapes(_NORM_NS, flag_ns=_NORM_NS), rms_norm_inputs,
-               rms_norm_bwd, ("dx", "dw"), (3, 4), norm_backward_buffers,
-               **_BWD_LIMITS, flag_whole_row_max=rms_norm.DRES_MAX_BLOCK_N),
+    dataclasses.replace(_rows_case(
+        rms_norm.BWD, _shapes(_NORM_NS, flag_ns=_NORM_NS), rms_norm_inputs, rms_norm_bwd,
+        ("dx", "dw"), (3, 4), norm_backward_buffers, **_BWD_LIMITS,
+        flag_whole_row_max=rms_norm.DRES_MAX_BLOCK_N), also_rows=_suite_rows_if_more),
     _rows_case(layer_norm.FWD, _shapes(_NORM_NS), layer_norm_inputs,
                layer_norm_fwd, ("y", "mean", "rstd"), (2, 2), **_FWD_LIMITS),
-    _rows_case(layer_norm.BWD, _shapes(_NORM_NS), layer_norm_inputs,
-               layer_norm_bwd, ("dx", "dw", "db"), (3, 3),
-               norm_backward_buffers, **_BWD_LIMITS),
+    dataclasses.replace(_rows_case(
+        layer_norm.BWD, _shapes(_NORM_NS), layer_norm_inputs, layer_norm_bwd,
+        ("dx", "dw", "db"), (3, 3), norm_backward_buffers, **_BWD_LIMITS),
+        also_rows=_suite_rows_if_more),
     Case(swiglu.FWD, ((8192, 4096), (8192, 14336), (8192, 28672)), glu_inputs, glu_fwd,
          ("c",), (3, 3), tile_configs),
     Case(swiglu.BWD, ((8192, 4096), (8192, 14336), (8192, 28672)), glu_inputs, glu_bwd,
@@ -398,6 +417,17 @@ def _flag(shape: tuple) -> bool:
     return len(shape) > 2 and bool(shape[2])
 
 
+def timed_shapes(case: Case, shape: tuple) -> list:
+    """The bucket's shape, then the same with each of the case's also_rows row counts."""
+    extra = case.also_rows(shape[1]) if case.also_rows else ()
+    return [shape] + [(rows, *shape[1:]) for rows in extra]
+
+
+def config_runs(cases: dict) -> int:
+    return sum(len(configs) * len(timed_shapes(cases[name], shape))
+               for name, _, shape, configs in plan(cases))
+
+
 def plan(cases: dict) -> list:
     """(spec name, bucket key, shape, candidate configs) of every measurement, in order."""
     return [(name, tuning.bucket_key(case.spec, shape[1:]), shape, candidates_of(case, shape))
@@ -424,9 +454,9 @@ def _sync(device):
 
 def measure(case: Case, shape: tuple, configs: list, device, timer, dtype) -> list:
     """[(config, ms or None, why rejected or None)] for each config at the shape."""
-    from liger_aot.kernel_src import triton_function
+    from liger_aot.kernel_src import jit_function
 
-    fn = triton_function(case.spec)
+    fn = jit_function(case.spec)  # compiled as the AOT build compiles it
     torch.manual_seed(0)
     rows, n = shape[:2]
     t = case.make(rows, n, _flag(shape), dtype, device)
@@ -455,43 +485,66 @@ def tune(arch: str, cases: dict, device="cuda", timer=do_bench_median, dtype=tor
     the table's format (kernel_src/tuning.py), problems a list of lines (a heuristic config
     that failed: its bucket gets no record)."""
     measurements = plan(cases)
-    total = sum(len(configs) for *_, configs in measurements)
+    total = config_runs(cases)
     started, done = time.perf_counter(), 0
     log(f"tuning {len(cases)} spec(s), {len(measurements)} bucket(s), {total} config runs "
         f"on {device} ({DTYPE_NAMES[dtype]})")
     specs, problems = {}, []
     for i, (name, key, shape, configs) in enumerate(measurements, 1):
         case = cases[name]
-        shape_text = "x".join(map(str, shape[:2]))
-        try:
-            results = measure(case, shape, configs, device, timer, dtype)
-        except Exception as e:  # e.g. out of memory making the inputs: skip the bucket
-            results = [(configs[0], None, f"{type(e).__name__}: {str(e)[:200]}")]
-        done += len(configs)
-        heuristic_ms = results[0][1]
-        timed = [(ms, config) for config, ms, _ in results if ms is not None]
-        if heuristic_ms is None:
+        shapes = timed_shapes(case, shape)
+        shape_text = ", ".join("x".join(map(str, s[:2])) for s in shapes)
+        per_shape = []
+        for s in shapes:
+            try:
+                per_shape.append(measure(case, s, configs, device, timer, dtype))
+            except Exception as e:  # e.g. out of memory making the inputs: skip the bucket
+                per_shape.append([(configs[0], None, f"{type(e).__name__}: {str(e)[:200]}")])
+                break
+        done += len(configs) * len(per_shape)
+        # times[j][k]: config j at shape k; a config failing at any shape is dropped
+        times = [[results[j][1] if j < len(results) else None for results in per_shape]
+                 for j in range(len(configs))]
+        valid = [j for j, ms in enumerate(times) if all(t is not None for t in ms)]
+        if 0 not in valid:
+            why = next(r[0][2] for r in per_shape if r[0][1] is None)
             problems.append(f"{name} {key} ({shape_text}): the heuristic config "
-                            f"{configs[0].tag} failed: {results[0][2]}")
-            log(f"[{i}/{len(measurements)}] {name} {key}: HEURISTIC FAILED {results[0][2]}")
+                            f"{configs[0].tag} failed: {why}")
+            log(f"[{i}/{len(measurements)}] {name} {key}: HEURISTIC FAILED {why}")
             continue
-        best_ms, best = min(timed, key=lambda item: item[0])
-        keep = heuristic_ms <= best_ms * (1 + KEEP_WITHIN)
-        chosen, ms = (configs[0], heuristic_ms) if keep else (best, best_ms)
+        # score: mean over the shapes of the time relative to the best there (1.0 = the
+        # fastest at every shape); one shape: the time relative to the best
+        fastest = [min(times[j][k] for j in valid) for k in range(len(shapes))]
+        score = {j: sum(t / f for t, f in zip(times[j], fastest)) / len(shapes)
+                 for j in valid}
+        best = min(valid, key=score.get)
+        keep = score[0] <= score[best] * (1 + KEEP_WITHIN)
+        chosen = 0 if keep else best
+        ms = times[chosen][0]
         moved = (case.passes[_flag(shape)] * shape[0] * shape[1]
                  * torch.empty((), dtype=dtype).element_size())
-        specs.setdefault(name, {})[key] = {
-            "config": tuning.config_record(chosen), "ms": _round(ms),
+        record = {
+            "config": tuning.config_record(configs[chosen]), "ms": _round(ms),
             "gbps": round(moved / (ms * 1e-3) / 1e9, 1), "shape": list(shape[:2]),
-            "dtype": DTYPE_NAMES[dtype], "candidates": len(timed),
-            "rejected": len(results) - len(timed),
-            "heuristic": {"tag": configs[0].tag, "ms": _round(heuristic_ms)},
-            "best": {"tag": best.tag, "ms": _round(best_ms)}}
+            "dtype": DTYPE_NAMES[dtype], "candidates": len(valid),
+            "rejected": len(configs) - len(valid),
+            "heuristic": {"tag": configs[0].tag, "ms": _round(times[0][0])},
+            "best": {"tag": configs[best].tag, "ms": _round(times[best][0])}}
+        if len(shapes) > 1:
+            record["heuristic"]["score"] = _round(score[0])
+            record["best"]["score"] = _round(score[best])
+            record["also"] = [{"shape": list(s[:2]), "ms": _round(times[chosen][k]),
+                               "heuristic_ms": _round(times[0][k]),
+                               "best_ms": _round(times[best][k])}
+                              for k, s in enumerate(shapes) if k]
+        specs.setdefault(name, {})[key] = record
         log(f"[{i}/{len(measurements)} {time.perf_counter() - started:5.0f}s, {done}/{total} "
-            f"runs] {name} {key} {shape_text}: heuristic {heuristic_ms:.4f} ms, best "
-            f"{best_ms:.4f} ms ({heuristic_ms / best_ms:.2f}x) {best.tag}"
+            f"runs] {name} {key} {shape_text}: heuristic "
+            + ", ".join(f"{t:.4f}" for t in times[0]) + " ms, best "
+            + ", ".join(f"{t:.4f}" for t in times[best])
+            + f" ms ({score[0] / score[best]:.2f}x) {configs[best].tag}"
             + ("" if not keep else "; keeping the heuristic")
-            + (f"; {len(results) - len(timed)} rejected" if len(timed) < len(results) else ""))
+            + (f"; {len(configs) - len(valid)} rejected" if len(valid) < len(configs) else ""))
     return specs, problems
 
 
@@ -509,10 +562,15 @@ def format_results(specs: dict) -> str:
     for name, buckets in specs.items():
         for key, r in buckets.items():
             kept = _tag(r["config"]) == r["heuristic"]["tag"]
-            rows.append((name, key, "x".join(map(str, r["shape"])),
-                         f"{r['heuristic']['ms']:.4f}", f"{r['best']['ms']:.4f}",
-                         f"{r['heuristic']['ms'] / r['best']['ms']:.2f}x",
-                         "heuristic" if kept else r["best"]["tag"]))
+            h, b = r["heuristic"], r["best"]
+            shapes = [r["shape"]] + [a["shape"] for a in r.get("also", ())]
+            rows.append((name, key, ", ".join("x".join(map(str, s)) for s in shapes),
+                         ", ".join(f"{t:.4f}" for t in
+                                   [h["ms"]] + [a["heuristic_ms"] for a in r.get("also", ())]),
+                         ", ".join(f"{t:.4f}" for t in
+                                   [b["ms"]] + [a["best_ms"] for a in r.get("also", ())]),
+                         f"{h.get('score', h['ms']) / b.get('score', b['ms']):.2f}x",
+                         "heuristic" if kept else b["tag"]))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip()
                      for row in rows)
@@ -567,10 +625,10 @@ def gpu_for(arch: str) -> tuple:
 def describe_plan(cases: dict) -> str:
     lines = []
     for name, key, shape, configs in plan(cases):
-        lines.append(f"{name:<16} {key:<28} {'x'.join(map(str, shape[:2])):>12}  "
+        shapes = ", ".join("x".join(map(str, s[:2])) for s in timed_shapes(cases[name], shape))
+        lines.append(f"{name:<16} {key:<28} {shapes:>22}  "
                      f"{len(configs):>2} configs (heuristic {configs[0].tag})")
-    total = sum(len(c) for *_, c in plan(cases))
-    lines.append(f"{len(lines)} buckets, {total} config runs")
+    lines.append(f"{len(lines)} buckets, {config_runs(cases)} config runs")
     return "\n".join(lines)
 
 

@@ -371,8 +371,11 @@ def test_tune_end_to_end_in_the_interpreter(tables, tmp_path):
     launch = {"STAGES": 1, "PROGRAMS_PER_SM": 0}
     wrong = Config({"BLOCK_M": 1, "BLOCK_N": 32, "LOOP": False, **launch}, num_warps=4)  # half a row
     favored = Config({"BLOCK_M": 16, "BLOCK_N": 64, "LOOP": False, **launch}, num_warps=4)
-    cases = {name: dataclasses.replace(case, shapes=TINY[name])
+    # the norm backwards' second row count, kept tiny (the real one is the suite's 64M)
+    cases = {name: dataclasses.replace(case, shapes=TINY[name], also_rows=case.also_rows
+                                       and (lambda n: (3,)))
              for name, case in tune.CASES.items()}
+    assert cases["rms_norm_bwd"].also_rows and not cases["rms_norm_fwd"].also_rows
     rms_case = cases["rms_norm_fwd"]
 
     def candidates(bucket, flag=False):  # `favored` first wins the tie on its tag
@@ -392,7 +395,8 @@ def test_tune_end_to_end_in_the_interpreter(tables, tmp_path):
     assert problems == []
     assert not [c for c in timed if c is wrong] and [c for c in timed if c is favored]
     plan = tune.plan(cases)
-    assert len(timed) == sum(len(configs) for *_, configs in plan) - 2  # wrong, twice
+    assert len(timed) == tune.config_runs(cases) - 2  # wrong, twice
+    assert tune.config_runs(cases) > sum(len(configs) for *_, configs in plan)
     for name, key, shape, configs in plan:
         record = specs[name][key]
         assert record["rejected"] == (name == "rms_norm_fwd")
@@ -401,6 +405,7 @@ def test_tune_end_to_end_in_the_interpreter(tables, tmp_path):
             assert tune._tag(record["config"]) == favored.tag == record["best"]["tag"]
         else:
             assert tune._tag(record["config"]) == configs[0].tag  # kept: within 2%
+        assert ("also" in record) == (name in ("rms_norm_bwd", "layer_norm_bwd"))
     assert "heuristic" in tune.format_results(specs)
 
     path = Path(tuning.TUNED_DIR) / "sm90.json"
@@ -428,6 +433,41 @@ def test_tune_end_to_end_in_the_interpreter(tables, tmp_path):
     torch.testing.assert_close(y, ref, rtol=2e-2, atol=2e-2)
 
 
+def test_tune_scores_every_timed_shape():
+    """A case with also_rows is timed at each row count and keeps the config with the best
+    mean time relative to each shape's fastest, not the fastest at the first shape alone;
+    the record carries the other shape's times."""
+    case = tune.CASES["rms_norm_bwd"]
+    heuristic, *others = tune.candidates_of(case, (8, 64, False))
+    a, b = others[:2]
+    rows_seen = []
+
+    def launch(fn, t, config):
+        rows_seen.append(t["x"].shape[0])
+        case.launch(fn, t, config)
+
+    times = {(heuristic.tag, 8): 1.0, (heuristic.tag, 24): 1.0,
+             (a.tag, 8): 0.5, (a.tag, 24): 1.0,  # fastest at 8 rows only
+             (b.tag, 8): 0.6, (b.tag, 24): 0.6}  # a little slower there, fastest at 24
+
+    def timer(run, config):
+        run()
+        return times[(config.tag, rows_seen[-1])]
+
+    cases = {"rms_norm_bwd": dataclasses.replace(
+        case, shapes=((8, 64, False),), also_rows=lambda n: (24,), launch=launch,
+        candidates=lambda bucket, flag=False: [a, b])}
+    specs, problems = tune.tune("sm90", cases, device="cpu", timer=timer, log=lambda *x: None)
+    assert problems == [] and sorted(set(rows_seen)) == [8, 24]
+    record = specs["rms_norm_bwd"]["n_cols=64,dres=False"]
+    # scores: a (1 + 1/0.6) / 2 = 1.33, b (0.6/0.5 + 1) / 2 = 1.1, heuristic 1.83
+    assert tune._tag(record["config"]) == b.tag == record["best"]["tag"]
+    assert record["ms"] == 0.6 and record["best"]["score"] == 1.1
+    assert record["also"] == [{"shape": [24, 64], "ms": 0.6, "heuristic_ms": 1.0,
+                               "best_ms": 0.6}]
+    assert "8x64, 24x64" in tune.format_results(specs)
+
+
 WIDER = {  # every candidate of the buckets the GPU run measures, whole-row and looped
     "rms_norm_fwd": ((16, 1024, False), (4, 16384, False), (4, 8192, True), (2, 16384, True),
                      (2, 32768, False)),
@@ -443,7 +483,7 @@ WIDER = {  # every candidate of the buckets the GPU run measures, whole-row and 
 def test_every_candidate_computes_the_reference():
     """The candidate generators yield only configs the kernels compute correctly (checked
     in the interpreter against the torch references, as the GPU run checks them)."""
-    cases = {name: dataclasses.replace(case, shapes=WIDER[name])
+    cases = {name: dataclasses.replace(case, shapes=WIDER[name], also_rows=None)
              for name, case in tune.CASES.items()}
     specs, problems = tune.tune("sm90", cases, device="cpu", timer=lambda run, config: 1.0,
                                 log=lambda *a: None)

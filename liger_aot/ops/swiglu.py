@@ -60,16 +60,18 @@ def _forward(a, b, act):
     """glu_forward's work, plus (rows, n, device index, dtype, act, backward grid, backward
     config) for the backward."""
     n = a.shape[-1]
-    if a.is_contiguous():  # _rows, inlined
-        a2, stride_a = a, n
-        c = _empty_like(a)  # a's (contiguous) layout; the format argument costs host time
-    else:
-        a2, stride_a = _rows("a", a, n)
-        c = _empty_like(a, memory_format=_CONTIGUOUS)  # = torch.empty(a.shape, like a)
+    contiguous = a.is_contiguous()
+    # = torch.empty(a.shape, like a); a contiguous a's layout is that already, and the
+    # format argument costs host time
+    c = _empty_like(a) if contiguous else _empty_like(a, memory_format=_CONTIGUOUS)
     rows = a.numel() // n if n else 0
     dtype = a.dtype
     if rows == 0:
         return c, a, b, (0, n, -1, dtype, act, None, None)
+    if contiguous:  # _rows, inlined
+        a2, stride_a = a, n
+    else:
+        a2, stride_a = _rows("a", a, n)
     if b.is_contiguous():
         b2, stride_b = b, n
     else:

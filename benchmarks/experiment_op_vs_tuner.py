@@ -1,0 +1,61 @@
+"""The fused add + RMSNorm backward as the op runs it against the same config as
+`liger-aot tune` times it, at 65536x1024, 16384x1024 and 32768x2048 (session 6).
+
+  LIGER_AOT_ARTIFACT_DIR=<sm90 build> LIGER_AOT_STRICT=1 python benchmarks/experiment_op_vs_tuner.py
+
+Per shape: the op's backward (torch.autograd.grad of both outputs, do_bench median), a
+profile of five of them (the kernel's own time), then the tuner's measurement
+(build_tools/tune.py measure) of the config the tuned table picks for the bucket and of the
+rule's one row a step on 4 programs an SM. Before kernel_src.jit_function the tuner's
+kernels had the flags equal to 1 (has_dres, atomic_dw) compiled in as constants, and the two
+disagreed at 1K columns (docs/perf-notes.md, session 6).
+"""
+import os
+import sys
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+from triton.testing import do_bench
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from liger_aot.build_tools import tune  # noqa: E402
+from liger_aot.kernel_src import tuning  # noqa: E402
+from liger_aot.kernel_src.rms_norm import spec  # noqa: E402
+from liger_aot.kernel_src.spec import Config  # noqa: E402
+from liger_aot.ops.rms_norm import fused_add_rms_norm  # noqa: E402
+
+
+def main():
+    torch.manual_seed(0)
+    dev = "cuda"
+    for M, N in ((65536, 1024), (16384, 1024), (32768, 2048)):
+        x = torch.randn(M, N, device=dev, dtype=torch.bfloat16, requires_grad=True)
+        r = torch.randn(M, N, device=dev, dtype=torch.bfloat16, requires_grad=True)
+        w = (torch.randn(N, device=dev, dtype=torch.bfloat16) * 0.1 + 1).requires_grad_()
+        dy = torch.randn(M, N, device=dev, dtype=torch.bfloat16)
+        ds = torch.randn(M, N, device=dev, dtype=torch.bfloat16)
+        y, s = fused_add_rms_norm(x, r, w, 1e-6)
+
+        def bwd():
+            torch.autograd.grad((y, s), (x, r, w), (dy, ds), retain_graph=True)
+
+        ms = do_bench(bwd, return_mode="median")
+        print(f"{M}x{N} op backward (autograd.grad, retain_graph): {ms:.4f} ms", flush=True)
+        with profile(activities=[ProfilerActivity.CUDA]) as p:
+            for _ in range(5):
+                bwd()
+            torch.cuda.synchronize()
+        print(p.key_averages().table(sort_by="cuda_time_total", row_limit=8))
+        case = tune.CASES["rms_norm_bwd"]
+        table_config = tuning.select(spec.BWD, "sm90", (N, True), 2)
+        rule_config = Config({"BLOCK_M": 1, "BLOCK_N": N, "LOOP": False, "PROGRAMS_PER_SM": 4,
+                              "STAGES": 3}, num_warps=4)
+        results = tune.measure(case, (M, N, True), [table_config, rule_config], dev,
+                               tune.do_bench_median, torch.bfloat16)
+        for config, t, why in results:
+            print("  tuner", config.tag, t, why, flush=True)
+
+
+if __name__ == "__main__":
+    main()

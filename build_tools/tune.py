@@ -360,9 +360,11 @@ _NORM_NS = (1024, 2048, 4096, 8192, 16384, 32768, 65536)
 
 def _suite_rows_if_more(n: int) -> tuple:
     """The norm backwards' second shape: their fixed cost per launch (the weight-gradient
-    sum, the grid's tail) weighs more at 16384 rows than at the suite's 65536 x 1024, and an
-    H200 tune at 16384 rows alone picked a fused add 1K backward that ran 72% -> 59% of copy
-    in the suite (docs/perf-notes.md, session 6)."""
+    sum, the grid's tail) weighs more at 16384 rows than at the suite's 65536 x 1024, so a
+    config could win at one row count and lose at the other. Added when the suite and the
+    tuner disagreed on the fused add 1K backward; the cause there turned out to be the JIT's
+    specialization (kernel_src.jit_function), and in the session-6 H200 tune the best config
+    at 16384 rows was also the best at the suite's rows (docs/perf-notes.md, session 6)."""
     return (suite_rows(n),) if suite_rows(n) > _rows(n) else ()
 _FWD_LIMITS = {"max_tile": 32768, "whole_row_max": 32768, "loop_from": 8192,
                "launches": forward_launches}

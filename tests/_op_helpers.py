@@ -1,9 +1,12 @@
 """Helpers the op tests (tests/test_op_*.py) share: the error measure, the float64 forward and
 backward check, the torch.compile check, checks a family of ops shares (row-wise layouts and
-opcheck, GLU argument checks, MLP modules) and the rotary-embedding reference and check.
+opcheck, GLU argument checks, MLP modules), the rotary-embedding reference and check, and
+torch's deterministic mode for a block (also used by the GPU tests).
 
 Imports torch and pytest only, never triton: a test module sets TRITON_INTERPRET before it
 imports anything that imports triton, and importing this module first must not undo that."""
+import contextlib
+
 import pytest
 import torch
 
@@ -172,6 +175,19 @@ def check_rope(op, reference, q, k, tol, use_k=True):
     assert q.grad.shape == q.shape and q.grad.dtype == dtype
 
 
+@contextlib.contextmanager
+def deterministic_mode(enabled: bool = True, warn_only: bool = False):
+    """torch.use_deterministic_algorithms(enabled, warn_only=warn_only) within the block,
+    the previous setting after it."""
+    before = (torch.are_deterministic_algorithms_enabled(),
+              torch.is_deterministic_algorithms_warn_only_enabled())
+    torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
 def launched_weight_grad_modes(monkeypatch, kernel, deterministic, run):
     """Runs run() with torch's deterministic mode set as given and returns the atomic_dw
     argument (the last positional one) of each launch of the norm backward `kernel`: 1 when
@@ -183,10 +199,6 @@ def launched_weight_grad_modes(monkeypatch, kernel, deterministic, run):
         modes.append(args[-1])
         return launch(grid, *args, **kwargs)
     monkeypatch.setattr(kernel, "launch", spy)
-    before = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(deterministic)
-    try:
+    with deterministic_mode(deterministic):
         run()
-    finally:
-        torch.use_deterministic_algorithms(before)
     return modes

@@ -7,6 +7,7 @@ import sys
 import pytest
 import torch
 
+from _op_helpers import deterministic_mode
 from convergence import TOLERANCE, compare
 from liger_aot.transformers.monkey_patch import MODEL_PATCHES
 
@@ -30,11 +31,8 @@ def test_convergence_gpu(model_type, dtype):
     # last-bit difference can flip a token's expert choice: 1 run in 5 on an H200 then
     # showed weights 3.6e-4 apart (the others 5e-6). The atomic sums have their own tests
     # (test_gpu_ops.py: test_norms, test_norm_weight_grad_sums).
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    try:
+    with deterministic_mode(warn_only=True):
         result = compare(model_type, dtype, device="cuda", steps=8, batch=4, seq=64)
-    finally:
-        torch.use_deterministic_algorithms(False)
     print(model_type, dtype, result)
     loss_tol, logits_tol, weights_tol = TOLERANCE[dtype]
     assert result["patched_classes"]

@@ -8,6 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from _op_helpers import deterministic_mode
+
 pytestmark = pytest.mark.gpu
 DEV = "cuda"
 
@@ -97,12 +99,9 @@ def test_norm_weight_grad_sums(hidden):
     def grads():
         return (rms_backward(dy, x, w, rstd, 0.0, 0)[1],
                 *layer_norm_backward(dy, x, w, mean, ln_rstd)[1:])
-    torch.use_deterministic_algorithms(True)
-    try:
+    with deterministic_mode():
         exact = grads()
         assert all(torch.equal(a, b) for a, b in zip(exact, grads()))
-    finally:
-        torch.use_deterministic_algorithms(False)
     for _ in range(20):
         for got, want in zip(grads(), exact):
             assert rel(got, want) < 1e-2, rel(got, want)

@@ -31,36 +31,27 @@ sys.path.insert(0, ROOT)
 
 
 def per_call_us(fn, iters: int) -> float:
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(5):  # best of 5 repeats: host timing noise only ever adds
-        start = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - start) / iters * 1e6)
-    return best
+    return best_per_call_us((fn,), iters, rounds=5)[0]
 
 
-def paired_per_call_us(first, second, iters: int, rounds: int = 9) -> tuple:
-    """per_call_us of two callables in alternating rounds, best round of each: the host's
+def best_per_call_us(fns, iters: int, rounds: int) -> list:
+    """us per call of each callable: the best of `rounds` rounds of `iters` calls (host
+    timing noise only ever adds). Several callables alternate round by round: the host's
     state (clocks, other processes) drifts between runs by up to 2x, and alternating gives
-    both sides the same share of it."""
-    for fn in (first, second):
+    each the same share of it."""
+    for fn in fns:
         for _ in range(50):
             fn()
     torch.cuda.synchronize()
-    best = [float("inf"), float("inf")]
+    best = [float("inf")] * len(fns)
     for _ in range(rounds):
-        for i, fn in enumerate((first, second)):
+        for i, fn in enumerate(fns):
             start = time.perf_counter()
             for _ in range(iters):
                 fn()
             torch.cuda.synchronize()
             best[i] = min(best[i], (time.perf_counter() - start) / iters * 1e6)
-    return tuple(best)
+    return best
 
 
 def launch_table(iters: int) -> list:
@@ -130,8 +121,7 @@ def op_table(iters: int) -> list:
         "SwiGLU forward+backward": (lambda: ops.liger_swiglu(a, b).backward(g),
                                     lambda: (F.silu(a) * b).backward(g)),
     }
-    return [(name, *paired_per_call_us(ours, eager, iters))
-            for name, (ours, eager) in cases.items()]
+    return [(name, *best_per_call_us(pair, iters, rounds=9)) for name, pair in cases.items()]
 
 
 FIRST_CALL_CHILD = r"""

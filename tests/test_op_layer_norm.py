@@ -33,11 +33,12 @@ def test_layer_norm(shape, bias, dtype):
           torch.randn(n, dtype=dtype) if bias else None)
 
 
+@pytest.mark.parametrize("bias", [True, False])  # the looped forward has a loop for each
 @pytest.mark.parametrize("n", [300, 9000, 17000])  # whole rows; looped backward; both looped
-def test_layer_norm_large_mean(n):
+def test_layer_norm_large_mean(n, bias):
     torch.manual_seed(1)
     # a large mean: the forward's shifted sums must not cancel
-    check(torch.randn(2, n) * 0.5 + 50, torch.randn(n), torch.randn(n))
+    check(torch.randn(2, n) * 0.5 + 50, torch.randn(n), torch.randn(n) if bias else None)
 
 
 def test_layer_norm_strided_transposed_misaligned():

@@ -20,6 +20,26 @@ import triton.language as tl
 
 
 @triton.jit
+def _looped_normalize(x_row, y_row, Y, W, B, row_mask, cols, n_cols, mean, rstd,
+                      BLOCK_N: tl.constexpr, STAGES: tl.constexpr, BIAS: tl.constexpr):
+    """Pass 2 of the looped forward: y = (x - mean) * rstd * w (+ b when BIAS), x re-read
+    from L2 and dropped once read (evict_first). BIAS is a compile-time copy of the runtime
+    flag: a branch in the loop body kept ptxas from unrolling it (see the RMSNorm family's
+    _looped_rows)."""
+    for start in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
+        c1 = start + cols
+        c = c1[None, :]
+        mask = row_mask[:, None] & (c < n_cols)
+        x = tl.load(x_row + c, mask=mask, other=0.0, eviction_policy="evict_first"
+                    ).to(tl.float32)
+        w = tl.load(W + c1, mask=c1 < n_cols, other=0.0).to(tl.float32)
+        y = (x - mean[:, None]) * rstd[:, None] * w[None, :]
+        if BIAS:
+            y += tl.load(B + c1, mask=c1 < n_cols, other=0.0).to(tl.float32)[None, :]
+        tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def layer_norm_fwd(Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y, stride_x, eps, has_bias,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LOOP: tl.constexpr,
                    STAGES: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr):
@@ -65,17 +85,12 @@ def layer_norm_fwd(Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y, stride_x, e
             var = tl.maximum(tl.sum(acc2, axis=1) / n_cols - m1 * m1, 0.0)
             mean = shift + m1
             rstd = 1.0 / tl.sqrt(var + eps)
-            for start in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
-                c1 = start + cols
-                c = c1[None, :]
-                mask = row_mask[:, None] & (c < n_cols)
-                x = tl.load(x_row + c, mask=mask, other=0.0, eviction_policy="evict_first"
-                            ).to(tl.float32)
-                w = tl.load(W + c1, mask=c1 < n_cols, other=0.0).to(tl.float32)
-                y = (x - mean[:, None]) * rstd[:, None] * w[None, :]
-                if has_bias != 0:
-                    y += tl.load(B + c1, mask=c1 < n_cols, other=0.0).to(tl.float32)[None, :]
-                tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
+            if has_bias != 0:
+                _looped_normalize(x_row, y_row, Y, W, B, row_mask, cols, n_cols, mean, rstd,
+                                  BLOCK_N, STAGES, True)
+            else:
+                _looped_normalize(x_row, y_row, Y, W, B, row_mask, cols, n_cols, mean, rstd,
+                                  BLOCK_N, STAGES, False)
         tl.store(MEAN + rows, mean, mask=row_mask)
         tl.store(RSTD + rows, rstd, mask=row_mask)
 

@@ -65,6 +65,38 @@ def _load_sum(x_ptrs, r_ptrs, s_ptrs, mask, has_residual, STORE: tl.constexpr,
 
 
 @triton.jit
+def _looped_rows(x_row, r_row, s_row, y_row, W, row_mask, cols, n_cols, eps, offset, Y,
+                 CASTING: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 STAGES: tl.constexpr, RESIDUAL: tl.constexpr):
+    """The forward of BLOCK_M rows longer than BLOCK_N, in two passes over column blocks;
+    returns rstd. RESIDUAL is a compile-time copy of the runtime flag, so neither loop body
+    branches: ptxas then unrolls the loops and keeps several loads in flight (Inductor's
+    looped 32K forward, the same two passes, read 90% of copy on an H200 against 81% for
+    this kernel with the branch inside, which issued one load a step).
+    Pass 2 re-reads the row: pass 1 asks L2 to keep it (evict_last) and pass 2 to drop it
+    once read (evict_first), so rows still waiting for pass 2 stay cached (a minimal looped
+    kernel went 59-62% -> 71-73% of copy at 32K-64K, benchmarks/experiment_norm_hints.py)."""
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for start in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
+        c = (start + cols)[None, :]
+        mask = row_mask[:, None] & (c < n_cols)
+        xf = _load_sum(x_row + c, r_row + c, s_row + c, mask, 1, True, RESIDUAL, "evict_last")
+        acc += xf * xf
+    rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=1) / n_cols + eps)
+    for start in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
+        c1 = start + cols
+        c = c1[None, :]
+        mask = row_mask[:, None] & (c < n_cols)
+        # recomputes s = x + r (same rounding) rather than reading S back
+        xf = _load_sum(x_row + c, r_row + c, s_row + c, mask, 1, False, RESIDUAL,
+                       "evict_first")
+        w = tl.load(W + c1, mask=c1 < n_cols, other=0.0)
+        y = _normalize(xf, w[None, :], rstd[:, None], offset, Y, CASTING)
+        tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
+    return rstd
+
+
+@triton.jit
 def rms_norm_fwd(Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, offset,
                  S, R, stride_s, stride_r, has_residual,
                  CASTING: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -95,28 +127,14 @@ def rms_norm_fwd(Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, offset,
             y = _normalize(xf, w[None, :], rstd[:, None], offset, Y, CASTING)
             tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
         else:
-            # Pass 2 re-reads the row: pass 1 asks L2 to keep it (evict_last) and pass 2 to
-            # drop it once read (evict_first), so rows still waiting for pass 2 stay cached.
-            # A minimal looped kernel went 59-62% -> 71-73% of copy at 32K-64K on an H200
-            # (benchmarks/experiment_norm_hints.py); whole rows only lost with hints.
-            acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-            for start in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
-                c = (start + cols)[None, :]
-                mask = row_mask[:, None] & (c < n_cols)
-                xf = _load_sum(x_row + c, r_row + c, s_row + c, mask, has_residual, True, True,
-                               "evict_last")
-                acc += xf * xf
-            rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=1) / n_cols + eps)
-            for start in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
-                c1 = start + cols
-                c = c1[None, :]
-                mask = row_mask[:, None] & (c < n_cols)
-                # recomputes s = x + r (same rounding) rather than reading S back
-                xf = _load_sum(x_row + c, r_row + c, s_row + c, mask, has_residual, False,
-                               True, "evict_first")
-                w = tl.load(W + c1, mask=c1 < n_cols, other=0.0)
-                y = _normalize(xf, w[None, :], rstd[:, None], offset, Y, CASTING)
-                tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
+            # One pair of loops per value of the residual flag: a runtime branch inside a loop
+            # body kept ptxas from unrolling it (one load in flight a step; see the helper).
+            if has_residual != 0:
+                rstd = _looped_rows(x_row, r_row, s_row, y_row, W, row_mask, cols, n_cols,
+                                    eps, offset, Y, CASTING, BLOCK_M, BLOCK_N, STAGES, True)
+            else:
+                rstd = _looped_rows(x_row, r_row, s_row, y_row, W, row_mask, cols, n_cols,
+                                    eps, offset, Y, CASTING, BLOCK_M, BLOCK_N, STAGES, False)
         tl.store(RSTD + rows, rstd, mask=row_mask)
 
 

@@ -43,14 +43,15 @@ DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp
 
 def row_configs(bucket: int, flag: bool = False, *, max_tile: int, whole_row_max: int,
                 flag_whole_row_max: int | None = None, loop_from: int, loop_rows=(1,),
-                loop_max_tile: int = 0, launches=None):
+                loop_max_tile: int = 0, loop_warps=(8, 16), launches=None):
     """Configs of a row kernel with BLOCK_M, BLOCK_N and LOOP constexprs: whole-row tiles
     (BLOCK_N == bucket, BLOCK_M rows, at most max_tile elements) for buckets up to
     whole_row_max (flag_whole_row_max when the rule's flag is set: kernels that compile the
     flag's path out of wider tiles), looped rows for buckets from loop_from (see
-    _looped_tiles; loop_rows: the BLOCK_M values a kernel's loop takes); 8-32 elements per
-    thread. Kernels with STAGES and PROGRAMS_PER_SM constexprs take each launch shape
-    `launches(tile, loop)` yields as (STAGES, PROGRAMS_PER_SM)."""
+    _looped_tiles; loop_rows: the BLOCK_M values a kernel's loop takes, loop_warps the warp
+    counts of one row a step); 8-32 elements per thread. Kernels with STAGES and
+    PROGRAMS_PER_SM constexprs take each launch shape `launches(tile, loop)` yields as
+    (STAGES, PROGRAMS_PER_SM)."""
     def shaped(constexprs, warps):
         if launches is None:
             yield Config(constexprs, num_warps=warps)
@@ -71,17 +72,19 @@ def row_configs(bucket: int, flag: bool = False, *, max_tile: int, whole_row_max
                     yield from shaped({"BLOCK_M": block_m, "BLOCK_N": bucket, "LOOP": False},
                                       warps)
     if bucket >= loop_from:
-        for block_m, block_n, warps in _looped_tiles(bucket, loop_rows, loop_max_tile):
+        for block_m, block_n, warps in _looped_tiles(bucket, loop_rows, loop_max_tile,
+                                                     loop_warps):
             yield from shaped({"BLOCK_M": block_m, "BLOCK_N": block_n, "LOOP": True}, warps)
 
 
-def _looped_tiles(bucket: int, loop_rows, loop_max_tile: int):
+def _looped_tiles(bucket: int, loop_rows, loop_max_tile: int, loop_warps):
     """(BLOCK_M, BLOCK_N, warps) of looped rows shorter than the bucket: one row of
-    4096-16384 columns at 8-32 elements a thread; several rows (loop_rows beyond 1) in tiles
-    of at most loop_max_tile elements at 16 a thread (on sm90, pass 2 of the norm backwards
-    needs 160-200 registers a thread at 32, and LayerNorm's spills at 8)."""
+    4096-16384 columns on loop_warps warps at 8-32 elements a thread; several rows (loop_rows
+    beyond 1) in tiles of at most loop_max_tile elements at 16 a thread (on sm90, pass 2 of
+    the norm backwards needs 160-200 registers a thread at 32, and LayerNorm's spills at
+    8)."""
     for block_n in (4096, 8192, 16384):
-        for warps in (8, 16):
+        for warps in loop_warps:
             if block_n < bucket and 8 <= block_n // (32 * warps) <= 32:
                 yield 1, block_n, warps
     for block_m in loop_rows:
@@ -359,15 +362,21 @@ _NORM_NS = (1024, 2048, 4096, 8192, 16384, 32768, 65536)
 
 
 def _suite_rows_if_more(n: int) -> tuple:
-    """The norm backwards' second shape: their fixed cost per launch (the weight-gradient
-    sum, the grid's tail) weighs more at 16384 rows than at the suite's 65536 x 1024, so a
-    config could win at one row count and lose at the other. Added when the suite and the
-    tuner disagreed on the fused add 1K backward; the cause there turned out to be the JIT's
-    specialization (kernel_src.jit_function), and in the session-6 H200 tune the best config
-    at 16384 rows was also the best at the suite's rows (docs/perf-notes.md, session 6)."""
+    """The norms' second shape: a fixed cost per launch (the grid's ramp and tail, the
+    backwards' weight-gradient sum) weighs more at 16384 rows than at the suite's 65536 x
+    1024 (the forward 1K: 69% of copy in the tuner, 84% in the suite), so a config could win
+    at one row count and lose at the other. Added when the suite and the tuner disagreed on
+    the fused add 1K backward; the cause there turned out to be the JIT's specialization
+    (kernel_src.jit_function), and in the session-6 H200 tune of the backwards the best
+    config at 16384 rows was also the best at the suite's rows (docs/perf-notes.md)."""
     return (suite_rows(n),) if suite_rows(n) > _rows(n) else ()
+
+
+# Forward looped rows also on 32 warps: a minimal looped forward read 2048 x 32768 in 0.0707
+# ms on 32 warps of 8192 columns against 0.0818 on 16 (H200, benchmarks/experiment_forward_
+# unroll.py); torch.compile's looped 32K forward had read 90% of copy, the library 80%.
 _FWD_LIMITS = {"max_tile": 32768, "whole_row_max": 32768, "loop_from": 8192,
-               "launches": forward_launches}
+               "loop_warps": (8, 16, 32), "launches": forward_launches}
 # Backward whole rows up to 16K columns: on 32 warps, 16 elements a thread of x, dy, w and
 # the dw accumulator (within the 64 registers a thread has at 1024 threads an SM). Looped
 # backwards also take 2 or 4 rows a step (one read-modify-write of the dw partial row for
@@ -376,15 +385,17 @@ _BWD_LIMITS = {"max_tile": 16384, "whole_row_max": 16384, "loop_from": 8192,
                "loop_rows": (1, 2, 4), "loop_max_tile": 8192, "launches": backward_launches}
 
 CASES = {case.spec.name: case for case in (
-    _rows_case(rms_norm.FWD, _shapes(_NORM_NS, flag_ns=_NORM_NS), rms_norm_inputs,
-               rms_norm_fwd, ("y", "rstd", "s"), (2, 4), **_FWD_LIMITS,
-               flag_whole_row_max=rms_norm.RESIDUAL_MAX_BLOCK_N),
+    dataclasses.replace(_rows_case(
+        rms_norm.FWD, _shapes(_NORM_NS, flag_ns=_NORM_NS), rms_norm_inputs, rms_norm_fwd,
+        ("y", "rstd", "s"), (2, 4), **_FWD_LIMITS,
+        flag_whole_row_max=rms_norm.RESIDUAL_MAX_BLOCK_N), also_rows=_suite_rows_if_more),
     dataclasses.replace(_rows_case(
         rms_norm.BWD, _shapes(_NORM_NS, flag_ns=_NORM_NS), rms_norm_inputs, rms_norm_bwd,
         ("dx", "dw"), (3, 4), norm_backward_buffers, **_BWD_LIMITS,
         flag_whole_row_max=rms_norm.DRES_MAX_BLOCK_N), also_rows=_suite_rows_if_more),
-    _rows_case(layer_norm.FWD, _shapes(_NORM_NS), layer_norm_inputs,
-               layer_norm_fwd, ("y", "mean", "rstd"), (2, 2), **_FWD_LIMITS),
+    dataclasses.replace(_rows_case(
+        layer_norm.FWD, _shapes(_NORM_NS), layer_norm_inputs, layer_norm_fwd,
+        ("y", "mean", "rstd"), (2, 2), **_FWD_LIMITS), also_rows=_suite_rows_if_more),
     dataclasses.replace(_rows_case(
         layer_norm.BWD, _shapes(_NORM_NS), layer_norm_inputs, layer_norm_bwd,
         ("dx", "dw", "db"), (3, 3), norm_backward_buffers, **_BWD_LIMITS),

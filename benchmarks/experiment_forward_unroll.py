@@ -5,6 +5,9 @@ on an H200, against 80-81% for the library. A minimal looped RMSNorm forward (on
 row, llama casting, the library's eviction hints) takes UNROLL blocks a step through
 tl.static_range; each kernel is timed alone (triton.testing.do_bench median, L2 flushed)
 against the copy bandwidth, at M*N = 64M bf16. JIT; needs a CUDA GPU.
+Outcome (docs/results/2026-11-30-forward-unroll-session7-h200.txt): unrolling gained at most
+a few percent; 32 warps (8192 columns, 8 a thread) did the work, 0.0707 ms at 2048 x 32768
+against 0.0818 on 16 warps. The tuner now offers looped forwards on 32 warps.
 
   python benchmarks/experiment_forward_unroll.py
 """

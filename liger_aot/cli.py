@@ -204,8 +204,11 @@ Per spec and representative shape (one per size bucket: the row length rounded u
 of two, plus flags such as the fused residual), every candidate runs once through Triton JIT
 and is checked against a torch reference (wrong or failing ones are dropped), then timed
 (triton.testing.do_bench median, bf16). The heuristic config stays unless the best is more
-than 2% faster. Entries of other specs in an existing table are kept. Every spec: about 3
-minutes on an H200. Commit the table, then rebuild the arch.
+than 2% faster. The norms are also timed at the benchmark suite's row counts where those are
+larger (65536 x 1024, 32768 x 2048) and scored by their mean time relative to each shape's
+fastest. Entries of other specs in an existing table are kept. On an H200 a spec took 5 s
+(softmax) to 150 s (rms_norm_bwd), every spec about 6 minutes. Commit the table, then
+rebuild the arch.
 
   liger-aot tune --arch sm90                       # every spec
   liger-aot tune --arch sm90 --specs rms_norm_fwd  # one spec, merged into the table

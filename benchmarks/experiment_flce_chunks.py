@@ -13,7 +13,7 @@ Two leads from session 7 (docs/perf-notes.md, "leads for the fused linear cross-
 
 Per chunk size: the op's loss and gradients are checked against the default policy's, then
 "fwd(g)" (the op with gradients: all of its work) and "f+b" (the same and
-torch.autograd.grad) are timed with triton.testing.do_bench (median, L2 flushed); the peak
+torch.autograd.grad) are timed with kernels.Bench (do_bench median, L2 flushed); the peak
 memory of one f+b beyond the inputs is read from the allocator. On CPU (--smoke, tiny shapes,
 Triton's interpreter) it only runs the logic, with wall-clock timings.
 
@@ -24,10 +24,10 @@ import csv
 import os
 import subprocess
 import threading
-import time
 
 import torch
 
+from kernels import Bench
 from liger_aot.ops.fused_linear_cross_entropy import fused_linear_cross_entropy
 
 
@@ -70,20 +70,6 @@ class ClockSampler:
         return sum(s[0] for s in self.samples) / n, sum(s[1] for s in self.samples) / n
 
 
-def timer(device: str, rep_ms: float):
-    if device == "cuda":
-        from triton.testing import do_bench
-        return lambda fn: do_bench(fn, warmup=100, rep=rep_ms, return_mode="median")
-
-    def wall(fn):
-        fn()
-        start = time.perf_counter()
-        for _ in range(3):
-            fn()
-        return (time.perf_counter() - start) * 1e3 / 3
-    return wall
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -109,7 +95,7 @@ def main():
     w = (torch.randn(vocab, hidden, device=device, dtype=dtype, generator=gen) * 0.02
          ).requires_grad_()
     target = torch.randint(0, vocab, (tokens,), device=device, generator=gen)
-    bench = timer(device, args.rep_ms)
+    bench = Bench(device, warmup_ms=100, rep_ms=args.rep_ms).time
 
     def op(chunk):
         return fused_linear_cross_entropy(x, w, target, chunk_size=chunk or None)

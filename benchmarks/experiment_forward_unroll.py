@@ -18,6 +18,8 @@ import triton
 import triton.language as tl
 from triton.testing import do_bench
 
+from _gpu import copy_bandwidth
+
 
 @triton.jit
 def looped_rms_fwd(Y, X, W, n_cols, eps, BLOCK_N: tl.constexpr, UNROLL: tl.constexpr):
@@ -47,10 +49,7 @@ def main():
     p.add_argument("--ns", default="16384,32768,65536")
     args = p.parse_args()
     torch.manual_seed(0)
-    src = torch.empty(2**26, device="cuda", dtype=torch.bfloat16)
-    dst = torch.empty_like(src)
-    copy_ms = do_bench(lambda: dst.copy_(src), return_mode="median")
-    copy_tbps = 2 * src.numel() * 2 / copy_ms / 1e9
+    copy_tbps = copy_bandwidth() / 1e12
     print(f"copy: {copy_tbps:.2f} TB/s")
     print(f"{'shape':>12} {'BLOCK_N':>7} {'warps':>5} {'UNROLL':>6} {'ms':>8} {'of copy':>7}")
     for n in map(int, args.ns.split(",")):

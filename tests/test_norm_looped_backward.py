@@ -218,3 +218,28 @@ def test_ops_backward_on_the_looped_rule():
     got = ln_mod.layer_norm_backward(dy, x, w, mean, rstd)
     for g, r in zip(got, ln_reference(x, w, dy)):
         assert rel_err(g, r) < 1e-5
+
+
+# -- whole rows of 16K columns: x and dy read twice (kernels.py, REREAD) ---------------------
+
+WIDE_N = 16000  # a 16384-column tile, partly masked
+
+
+def whole_row(block_n, warps=16, per_sm=1, stages=1):
+    return Config({"BLOCK_M": 1, "BLOCK_N": block_n, "LOOP": False, "STAGES": stages,
+                   "PROGRAMS_PER_SM": per_sm}, num_warps=warps)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("casting", [0, 1], ids=["llama", "gemma"])
+def test_rms_norm_wide_whole_row_backward(dtype, casting):
+    dx, dw, dx_ref, dw_ref = run_rms(whole_row(16384), dtype, casting, False, n=WIDE_N)
+    assert rel_err(dx, dx_ref) < TOL[dtype]
+    assert rel_err(dw, dw_ref) < TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_layer_norm_wide_whole_row_backward(dtype):
+    got, want = run_ln(whole_row(16384, per_sm=2), dtype, n=WIDE_N)
+    for g, r in zip(got, want):  # dx, dw, db
+        assert rel_err(g, r) < TOL[dtype]

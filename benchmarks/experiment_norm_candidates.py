@@ -2,7 +2,8 @@
 checked and timed as `liger-aot tune` checks and times them (build_tools/tune.py: JIT of the
 shipped kernels, do_bench median, bf16), best first, with the rejected ones and why. Used to
 measure whole-row 16K backwards that read x and dy twice (kernel_src/rms_norm/kernels.py,
-REREAD) before re-tuning. Needs a CUDA GPU.
+REREAD) before re-tuning, and looped kernels whose pass 2 walks the row backwards. Needs a
+CUDA GPU.
 
   python benchmarks/experiment_norm_candidates.py [--specs rms_norm_bwd,...] [--ns 8192,16384]
                                                  [--flags] [--top 8]

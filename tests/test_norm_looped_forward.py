@@ -34,6 +34,13 @@ def looped(block_m, block_n, warps=8):
 CONFIGS = [looped(1, 4096), looped(2, 2048), looped(4, 1024)]
 
 
+def cases(name):
+    """(config, dtype): the tiles above in fp32 and bf16, the table's looped configs in fp32."""
+    return ([pytest.param(c, d, id=f"m{c.constexprs['BLOCK_M']}-{dn}") for c in CONFIGS
+             for d, dn in ((torch.float32, "fp32"), (torch.bfloat16, "bf16"))]
+            + [pytest.param(c, torch.float32, id=c.tag) for c in tuned_looped_configs(name)])
+
+
 def guarded(rows, n, dtype, scale=1.0, shift=0.0):
     buffer = (torch.randn(rows + GUARD, n) * scale + shift).to(dtype)
     return buffer[:rows], buffer
@@ -60,7 +67,9 @@ def forced_config(monkeypatch):
     return force
 
 
-def _rms_case(forced_config, config, dtype, residual):
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+@pytest.mark.parametrize("config,dtype", cases("rms_norm_fwd"))
+def test_rms_norm_looped_forward(forced_config, config, dtype, residual):
     torch.manual_seed(0)
     forced_config(rms_mod, config)
     x, x_buf = guarded(ROWS, N, dtype)
@@ -79,20 +88,9 @@ def _rms_case(forced_config, config, dtype, residual):
         assert rel_err(s, (x.double() + r.double())) < TOL[dtype]
 
 
-@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"m{c.constexprs['BLOCK_M']}")
-def test_rms_norm_looped_forward(forced_config, config, dtype, residual):
-    _rms_case(forced_config, config, dtype, residual)
-
-
-@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
-@pytest.mark.parametrize("config", tuned_looped_configs("rms_norm_fwd"), ids=lambda c: c.tag)
-def test_rms_norm_tuned_looped_forward(forced_config, config, residual):
-    _rms_case(forced_config, config, torch.float32, residual)
-
-
-def _ln_case(forced_config, config, dtype, bias):
+@pytest.mark.parametrize("bias", [False, True], ids=["no_bias", "bias"])
+@pytest.mark.parametrize("config,dtype", cases("layer_norm_fwd"))
+def test_layer_norm_looped_forward(forced_config, config, dtype, bias):
     torch.manual_seed(0)
     forced_config(ln_mod, config)
     # a large mean: the shifted sums must not lose the variance to cancellation
@@ -108,16 +106,3 @@ def _ln_case(forced_config, config, dtype, bias):
     assert rel_err(mean, x64.mean(-1)) < TOL[torch.float32]
     assert rel_err(rstd, torch.rsqrt(x64.var(-1, unbiased=False) + EPS)) < 1e-4
     assert rel_err(y, y_ref) < TOL[dtype]
-
-
-@pytest.mark.parametrize("bias", [False, True], ids=["no_bias", "bias"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"m{c.constexprs['BLOCK_M']}")
-def test_layer_norm_looped_forward(forced_config, config, dtype, bias):
-    _ln_case(forced_config, config, dtype, bias)
-
-
-@pytest.mark.parametrize("bias", [False, True], ids=["no_bias", "bias"])
-@pytest.mark.parametrize("config", tuned_looped_configs("layer_norm_fwd"), ids=lambda c: c.tag)
-def test_layer_norm_tuned_looped_forward(forced_config, config, bias):
-    _ln_case(forced_config, config, torch.float32, bias)

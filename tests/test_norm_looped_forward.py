@@ -1,7 +1,8 @@
 """The looped (long-row) forward of RMSNorm (with and without the fused residual add) and
 LayerNorm (with and without bias) with BLOCK_M rows a step, in Triton's interpreter against
-float64 PyTorch: the configs `liger-aot tune` offers (one row a step, two and four) and the
-looped forwards the committed sm90 table chose.
+float64 PyTorch: one row a step (what `liger-aot tune` offers), two and four (the kernels
+take any BLOCK_M; an H200 tune preferred none of them, docs/perf-notes.md), and the looped
+forwards the committed sm90 table chose.
 
 23 rows: the last row block of 2 or 4 rows is partial. N = 8200 columns: over the looped
 threshold and not a multiple of BLOCK_N, so the last column block is partial too. The rows

@@ -146,10 +146,12 @@ def layer_norm_bwd(DX, DW_PARTIAL, DB_PARTIAL, DY, X, W, MEAN, RSTD, n_rows, n_c
             c = cols[None, :]
             if REREAD:
                 w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
-            x = tl.load(X + rows[:, None] * stride_x + c, mask=mask, other=0.0,
-                        eviction_policy=FIRST_READ).to(tl.float32)
-            dy = tl.load(DY + rows[:, None] * stride_dy + c, mask=mask, other=0.0,
-                         eviction_policy=FIRST_READ).to(tl.float32)
+            x_ptrs = X + rows[:, None] * stride_x + c
+            dy_ptrs = DY + rows[:, None] * stride_dy + c
+            x = tl.load(x_ptrs, mask=mask, other=0.0, eviction_policy=FIRST_READ
+                        ).to(tl.float32)
+            dy = tl.load(dy_ptrs, mask=mask, other=0.0, eviction_policy=FIRST_READ
+                         ).to(tl.float32)
             mean = tl.load(MEAN + rows, mask=live, other=0.0)[:, None]
             rstd = tl.load(RSTD + rows, mask=live, other=0.0)[:, None]
             xhat = (x - mean) * rstd  # masked lanes have dy = 0: they add nothing below
@@ -159,10 +161,10 @@ def layer_norm_bwd(DX, DW_PARTIAL, DB_PARTIAL, DY, X, W, MEAN, RSTD, n_rows, n_c
             if REREAD:
                 w = tl.load(W + cols, mask=col_mask, other=0.0,
                             eviction_policy="evict_last").to(tl.float32)[None, :]
-                x = tl.load(X + rows[:, None] * stride_x + c, mask=mask, other=0.0,
-                            eviction_policy="evict_first").to(tl.float32)
-                dy = tl.load(DY + rows[:, None] * stride_dy + c, mask=mask, other=0.0,
-                             eviction_policy="evict_first").to(tl.float32)
+                x = tl.load(x_ptrs, mask=mask, other=0.0, eviction_policy="evict_first"
+                            ).to(tl.float32)
+                dy = tl.load(dy_ptrs, mask=mask, other=0.0, eviction_policy="evict_first"
+                             ).to(tl.float32)
                 xhat = (x - mean) * rstd
                 g = dy * w
             dx = rstd * (g - c2 - xhat * c1)
@@ -206,8 +208,9 @@ def layer_norm_bwd(DX, DW_PARTIAL, DB_PARTIAL, DY, X, W, MEAN, RSTD, n_rows, n_c
             c2 = tl.sum(acc2, axis=1)[:, None] / n_cols
             # pass 2 walks the column blocks backwards: the last ones pass 1 read are the
             # likeliest still cached (H200: 3-5% faster at 32K-64K; the forwards lost 2-10%)
-            for back in tl.range(0, tl.cdiv(n_cols, BLOCK_N), num_stages=STAGES):
-                c0 = (tl.cdiv(n_cols, BLOCK_N) - 1 - back) * BLOCK_N
+            n_blocks = tl.cdiv(n_cols, BLOCK_N)
+            for back in tl.range(0, n_blocks, num_stages=STAGES):
+                c0 = (n_blocks - 1 - back) * BLOCK_N
                 # [1, BLOCK_N] columns (not a vector) keep w and the partial rows in the
                 # tile's layout: no layout conversions through shared memory
                 c = (c0 + cols)[None, :]

@@ -191,18 +191,18 @@ def rms_norm_bwd(DX, DW_PARTIAL, DY, X, W, RSTD, n_rows, n_cols, stride_dx, stri
             rows = first + step + tl.arange(0, BLOCK_M)
             mask = (rows < last)[:, None] & col_mask[None, :]
             c = cols[None, :]
-            x = tl.load(X + rows[:, None] * stride_x + c, mask=mask, other=0.0,
-                        eviction_policy=FIRST_READ)
-            dyf = tl.load(DY + rows[:, None] * stride_dy + c, mask=mask, other=0.0,
+            x_ptrs = X + rows[:, None] * stride_x + c
+            dy_ptrs = DY + rows[:, None] * stride_dy + c
+            x = tl.load(x_ptrs, mask=mask, other=0.0, eviction_policy=FIRST_READ)
+            dyf = tl.load(dy_ptrs, mask=mask, other=0.0,
                           eviction_policy=FIRST_READ).to(tl.float32)
             rstd = tl.load(RSTD + rows, mask=rows < last, other=0.0)[:, None]
             xf = x.to(tl.float32)
             dot = tl.sum(dyf * w[None, :] * xf, axis=1)[:, None] / n_cols
             if REREAD:
                 # x and dy again (see REREAD)
-                x = tl.load(X + rows[:, None] * stride_x + c, mask=mask, other=0.0,
-                            eviction_policy="evict_first")
-                dyf = tl.load(DY + rows[:, None] * stride_dy + c, mask=mask, other=0.0,
+                x = tl.load(x_ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
+                dyf = tl.load(dy_ptrs, mask=mask, other=0.0,
                               eviction_policy="evict_first").to(tl.float32)
                 xf = x.to(tl.float32)
             if CASTING == 0:
@@ -246,8 +246,9 @@ def rms_norm_bwd(DX, DW_PARTIAL, DY, X, W, RSTD, n_rows, n_cols, stride_dx, stri
             dot = tl.sum(acc, axis=1)[:, None] / n_cols
             # pass 2 walks the column blocks backwards: the last ones pass 1 read are the
             # likeliest still cached (H200: 3-5% faster at 32K-64K; the forwards lost 2-10%)
-            for back in tl.range(0, tl.cdiv(n_cols, BLOCK_N), num_stages=STAGES):
-                c0 = (tl.cdiv(n_cols, BLOCK_N) - 1 - back) * BLOCK_N
+            n_blocks = tl.cdiv(n_cols, BLOCK_N)
+            for back in tl.range(0, n_blocks, num_stages=STAGES):
+                c0 = (n_blocks - 1 - back) * BLOCK_N
                 # [1, BLOCK_N] columns (not a vector) keep w and the partial row in the
                 # tile's layout: no layout conversions through shared memory
                 c = (c0 + cols)[None, :]

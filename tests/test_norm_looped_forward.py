@@ -15,24 +15,14 @@ import pytest
 import torch
 
 from _op_helpers import rel_err
-from test_norm_looped_backward import tuned_looped_configs
-from liger_aot.kernel_src.spec import Config
+# the backward tests' sizes, guarded buffers and config helpers
+from test_norm_looped_backward import (EPS, N, ROWS, TOL, guarded, looped,
+                                       tuned_looped_configs)
 from liger_aot.ops import layer_norm as ln_mod
 from liger_aot.ops import rms_norm as rms_mod
 
-TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
-EPS = 1e-6
-GUARD = 4
-ROWS = 23
-N = 8200
-
-
-def looped(block_m, block_n, warps=8):
-    return Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "LOOP": True, "STAGES": 1,
-                   "PROGRAMS_PER_SM": 0}, num_warps=warps)
-
-
-CONFIGS = [looped(1, 4096), looped(2, 2048), looped(4, 1024)]
+# one program per row block, as the forwards launch their looped configs
+CONFIGS = [looped(1, 4096, per_sm=0), looped(2, 2048, per_sm=0), looped(4, 1024, per_sm=0)]
 
 
 def cases(name):
@@ -40,11 +30,6 @@ def cases(name):
     return ([pytest.param(c, d, id=f"m{c.constexprs['BLOCK_M']}-{dn}") for c in CONFIGS
              for d, dn in ((torch.float32, "fp32"), (torch.bfloat16, "bf16"))]
             + [pytest.param(c, torch.float32, id=c.tag) for c in tuned_looped_configs(name)])
-
-
-def guarded(rows, n, dtype, scale=1.0, shift=0.0):
-    buffer = (torch.randn(rows + GUARD, n) * scale + shift).to(dtype)
-    return buffer[:rows], buffer
 
 
 class _Forced:

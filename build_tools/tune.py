@@ -15,6 +15,7 @@ take the rule (kernel_src/tuning.py select).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import sys
@@ -31,7 +32,7 @@ from liger_aot.kernel_src.softmax import spec as softmax
 from liger_aot.kernel_src.spec import Config, KernelSpec, next_power_of_2
 from liger_aot.kernel_src.swiglu import spec as swiglu
 from liger_aot.ops._common import (accumulators, atomic_weight_grad, block_grid,
-                                   multiprocessor_count, persistent_grid)
+                                   multiprocessor_count, norm_backward_grid)
 
 KEEP_WITHIN = 0.02  # keep the heuristic config unless the best is more than 2% faster
 TOLERANCE = 2e-2  # relative error (norm) against the fp32 torch reference
@@ -49,17 +50,16 @@ def row_configs(bucket: int, flag: bool = False, *, max_tile: int, whole_row_max
     whole_row_max (flag_whole_row_max when the rule's flag is set: kernels that compile the
     flag's path out of wider tiles), looped rows for buckets from loop_from (see
     _looped_tiles; loop_rows: the BLOCK_M values a kernel's loop takes, loop_warps the warp
-    counts of one row a step); 8-32 elements per thread. Kernels with STAGES and
-    PROGRAMS_PER_SM constexprs take each launch shape `launches(tile, loop)` yields as
-    (STAGES, PROGRAMS_PER_SM)."""
+    counts of one row a step); 8-32 elements per thread. Kernels with launch-shape
+    constexprs (STAGES, PROGRAMS_PER_SM, ...) take each dict of them that
+    `launches(tile, loop)` yields."""
     def shaped(constexprs, warps):
         if launches is None:
             yield Config(constexprs, num_warps=warps)
             return
-        for stages, per_sm in launches(constexprs["BLOCK_M"] * constexprs["BLOCK_N"],
-                                       constexprs["LOOP"]):
-            yield Config({**constexprs, "STAGES": stages, "PROGRAMS_PER_SM": per_sm},
-                         num_warps=warps)
+        for launch in launches(constexprs["BLOCK_M"] * constexprs["BLOCK_N"],
+                               constexprs["LOOP"]):
+            yield Config({**constexprs, **launch}, num_warps=warps)
 
     warp_counts = (4, 8, 16) if launches is None else (4, 8, 16, 32)
     if bucket <= (flag_whole_row_max if flag and flag_whole_row_max else whole_row_max):
@@ -96,39 +96,47 @@ def _looped_tiles(bucket: int, loop_rows, loop_max_tile: int, loop_warps):
                 yield block_m, block_n, warps
 
 
+def _launch(stages: int, per_sm: int) -> dict:
+    return {"STAGES": stages, "PROGRAMS_PER_SM": per_sm}
+
+
 def forward_launches(tile: int, loop: bool):
-    """(STAGES, PROGRAMS_PER_SM) of a norm forward: one program per row block, and
-    persistent programs with row blocks in flight as far as shared memory holds them
+    """Launch shapes (STAGES, PROGRAMS_PER_SM) of a norm forward: one program per row block,
+    and persistent programs with row blocks in flight as far as shared memory holds them
     (bf16 x: 2 bytes a tile element per stage, 227 KB an SM); looped rows pipeline columns."""
     if loop:
-        yield from ((1, 0), (3, 0))
-        return
-    yield 1, 0
-    if tile <= 8192:
-        yield from ((3, 2), (3, 4))
+        shapes = ((1, 0), (3, 0))
+    elif tile <= 8192:
+        shapes = ((1, 0), (3, 2), (3, 4))
     elif tile <= 16384:
-        yield from ((3, 1), (2, 2))
+        shapes = ((1, 0), (3, 1), (2, 2))
     else:
-        yield 2, 1
+        shapes = ((1, 0), (2, 1))
+    for stages, per_sm in shapes:
+        yield _launch(stages, per_sm)
+
+
+# Interleaved looped backwards (CHUNK_ROWS > 0): an H200 sweep of one RMSNorm row a step put
+# 64-row chunks first at 32K and 64K columns, 128 within 3%, 32 behind by 10-20%
+# (benchmarks/experiment_norm_bwd_split.py); 3 stages won on 8 warps, 1 on 16.
+_INTERLEAVED_LAUNCHES = ((3, 64), (1, 64), (3, 128))
 
 
 def backward_launches(tile: int, loop: bool):
-    """(STAGES, PROGRAMS_PER_SM) of a norm backward (persistent; two tensors, x and dy, a
-    stage). Looped tiles over 4096 elements skip 4 programs an SM and 3 stages at 2 an SM:
-    such programs are not resident together on an sm90 SM (ptxas: 64-250 registers a thread
-    at 256-512 threads; at 3 stages 104-240 KB of shared memory and 80-125 registers)."""
+    """Launch shapes of a norm backward: persistent (STAGES, PROGRAMS_PER_SM; two tensors, x
+    and dy, a stage) and, for looped rows, interleaved (STAGES, CHUNK_ROWS). Looped tiles
+    over 4096 elements skip 4 programs an SM and 3 stages at 2 an SM: such programs are not
+    resident together on an sm90 SM (ptxas: 64-250 registers a thread at 256-512 threads;
+    at 3 stages 104-240 KB of shared memory and 80-125 registers)."""
     if loop:
         wide = tile > 4096
-        yield 1, 2
-        if not wide:
-            yield 1, 4
-        yield 3, 1
-        if not wide:
-            yield 3, 2
-        return
-    yield from ((1, 4), (3, 1), (3, 2))
-    if tile <= 4096:
-        yield 3, 4
+        shapes = ((1, 2), (3, 1)) if wide else ((1, 2), (1, 4), (3, 1), (3, 2))
+        for stages, chunk in _INTERLEAVED_LAUNCHES:
+            yield {**_launch(stages, 0), "CHUNK_ROWS": chunk}
+    else:
+        shapes = ((1, 4), (3, 1), (3, 2)) + (((3, 4),) if tile <= 4096 else ())
+    for stages, per_sm in shapes:
+        yield {**_launch(stages, per_sm), "CHUNK_ROWS": 0}
 
 
 def tile_configs(bucket: int, flag: bool = False):
@@ -202,23 +210,24 @@ def layer_norm_inputs(rows, n, flag, dtype, device):
             "dx_ref": xf.grad, "dw_ref": wf.grad, "db_ref": bf.grad}
 
 
-def norm_backward_buffers(t, config):
-    """A norm backward's grid for the config (its PROGRAMS_PER_SM) and its weight-gradient
+def norm_backward_buffers(t, config, sum_block_n):
+    """A norm backward's grid for the config (norm_backward_grid) and its weight-gradient
     outputs, as the op has them (atomic_weight_grad): for whole rows the dw (db) tensors the
-    kernel's last program writes, else fp32 partial buffers of one row per program, kept per
-    program count (the check sums them)."""
+    kernel's last program writes, else fp32 partial buffers of one row per program (per
+    chunk, interleaved), kept per row count (the check sums them)."""
     x = t["dy"]
     rows, n = x.shape
-    programs, t["rows_per_program"] = persistent_grid(rows, x.get_device(),
-                                                      config.constexprs["PROGRAMS_PER_SM"])
-    t["programs"] = programs
+    grid = norm_backward_grid(rows, n, x.get_device(), config, sum_block_n)
+    t["programs"], t["rows_per_program"], t["counters"] = \
+        grid.programs, grid.rows_per_program, grid.counters
+    partial_rows = grid.partial_rows
     t["atomic"] = atomic_weight_grad(config)
     kept = t.setdefault("partials", {})
     for name in ("dw", "db"):
         if name + "_ref" in t:
-            key = (name, 0 if t["atomic"] else programs)
+            key = (name, 0 if t["atomic"] else partial_rows)
             if key not in kept:
-                shape = (n,) if t["atomic"] else (programs, n)
+                shape = (n,) if t["atomic"] else (partial_rows, n)
                 kept[key] = torch.empty(shape, device=x.device,
                                         dtype=x.dtype if t["atomic"] else torch.float32)
             t[name] = kept[key]
@@ -230,7 +239,7 @@ def _weight_grad_args(t, names):
     (its memset is part of what is timed, as in the op), else the partial buffers with the
     outputs and counter as placeholders."""
     if t["atomic"]:
-        sums, sync = accumulators(len(names), t["dy"].shape[1], t["dy"].device)
+        sums, sync = accumulators(len(names), t["dy"].shape[1], t["dy"].device, t["counters"])
         return sums, tuple(t[name] for name in names), sync, 1
     partials = tuple(t[name] for name in names)
     return partials, (t["dx"],) * len(names), partials[0], 0
@@ -391,14 +400,18 @@ CASES = {case.spec.name: case for case in (
         flag_whole_row_max=rms_norm.RESIDUAL_MAX_BLOCK_N), also_rows=_suite_rows_if_more),
     dataclasses.replace(_rows_case(
         rms_norm.BWD, _shapes(_NORM_NS, flag_ns=_NORM_NS), rms_norm_inputs, rms_norm_bwd,
-        ("dx", "dw"), (3, 4), norm_backward_buffers, **_BWD_LIMITS,
+        ("dx", "dw"), (3, 4),
+        functools.partial(norm_backward_buffers, sum_block_n=rms_norm.SUM_BLOCK_N),
+        **_BWD_LIMITS,
         flag_whole_row_max=rms_norm.DRES_MAX_BLOCK_N), also_rows=_suite_rows_if_more),
     dataclasses.replace(_rows_case(
         layer_norm.FWD, _shapes(_NORM_NS), layer_norm_inputs, layer_norm_fwd,
         ("y", "mean", "rstd"), (2, 2), **_FWD_LIMITS), also_rows=_suite_rows_if_more),
     dataclasses.replace(_rows_case(
         layer_norm.BWD, _shapes(_NORM_NS), layer_norm_inputs, layer_norm_bwd,
-        ("dx", "dw", "db"), (3, 3), norm_backward_buffers, **_BWD_LIMITS),
+        ("dx", "dw", "db"), (3, 3),
+        functools.partial(norm_backward_buffers, sum_block_n=layer_norm.SUM_BLOCK_N),
+        **_BWD_LIMITS),
         also_rows=_suite_rows_if_more),
     Case(swiglu.FWD, ((8192, 4096), (8192, 14336), (8192, 28672)), glu_inputs, glu_fwd,
          ("c",), (3, 3), tile_configs),
@@ -445,6 +458,27 @@ def plan(cases: dict) -> list:
     """(spec name, bucket key, shape, candidate configs) of every measurement, in order."""
     return [(name, tuning.bucket_key(case.spec, shape[1:]), shape, candidates_of(case, shape))
             for name, case in cases.items() for shape in case.shapes]
+
+
+def only_cols(cases: dict, text: str | None) -> dict:
+    """The cases with only their shapes of the given row lengths (comma-separated); all of
+    them when text is empty."""
+    if not text:
+        return cases
+    try:
+        cols = {int(c) for c in text.split(",") if c.strip()}
+    except ValueError:
+        cols = set()
+    if not cols:
+        raise ValueError(f"--cols takes comma-separated row lengths, got {text!r}")
+    kept = {name: dataclasses.replace(case, shapes=tuple(s for s in case.shapes if s[1] in cols))
+            for name, case in cases.items()}
+    kept = {name: case for name, case in kept.items() if case.shapes}
+    if not kept:
+        lengths = sorted({s[1] for case in cases.values() for s in case.shapes})
+        raise ValueError(f"--cols {text}: no tuned shape has such a row length; these specs "
+                         f"tune rows of {', '.join(map(str, lengths))}")
+    return kept
 
 
 def do_bench_median(run, config) -> float:
@@ -589,9 +623,10 @@ def format_results(specs: dict) -> str:
                      for row in rows)
 
 
-def write_table(path: str, arch: str, specs: dict, about: dict):
-    """Write the table at `path` (atomically) with the tuned specs' entries replaced; other
-    specs' entries of an existing table for `arch` are kept."""
+def write_table(path: str, arch: str, specs: dict, about: dict, whole_specs: bool = True):
+    """Write the table at `path` (atomically) with the tuned specs' entries replaced (with
+    whole_specs False, only the tuned buckets' entries: a partial tune); other specs'
+    entries of an existing table for `arch` are kept."""
     from liger_aot.build_tools.aot import atomic_write
 
     table = {"format": tuning.TABLE_FORMAT, "arch": arch, "specs": {}}
@@ -602,7 +637,11 @@ def write_table(path: str, arch: str, specs: dict, about: dict):
             table["specs"].update(old.get("specs", {}))
     except (OSError, ValueError, AttributeError):
         pass
-    table["specs"].update(specs)
+    if whole_specs:
+        table["specs"].update(specs)
+    else:
+        for name, buckets in specs.items():
+            table["specs"][name] = {**table["specs"].get(name, {}), **buckets}
     table.update(about)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     atomic_write(path, tuning.format_table(table))
@@ -646,9 +685,9 @@ def describe_plan(cases: dict) -> str:
 
 
 def run(arch: str, specs: str | None = None, out: str | None = None, dry_run: bool = False,
-        log=print) -> int:
+        log=print, cols: str | None = None) -> int:
     """The `liger-aot tune` command. Returns the exit status."""
-    cases = select_cases(specs)
+    cases = only_cols(select_cases(specs), cols)
     out = out or tuning.table_path(arch)
     if dry_run:
         log(describe_plan(cases))
@@ -662,7 +701,8 @@ def run(arch: str, specs: str | None = None, out: str | None = None, dry_run: bo
     started = time.perf_counter()
     results, problems = tune(arch, cases, device=f"cuda:{index}", log=log)
     write_table(out, arch, results, {"device": description, "triton_version": triton.__version__,
-                                     "torch_version": torch.__version__.split("+")[0]})
+                                     "torch_version": torch.__version__.split("+")[0]},
+                whole_specs=not cols)
     log(format_results(results))
     log(f"wrote {os.path.realpath(out)} ({sum(map(len, results.values()))} buckets of "
         f"{len(results)} spec(s)) in {time.perf_counter() - started:.0f}s; `liger-aot build "

@@ -152,7 +152,8 @@ def cmd_tune(args) -> int:
     archs = aot.parse_archs(args.arch)
     if len(archs) != 1:
         raise ValueError("tune one arch at a time, on a GPU of that arch")
-    return tune.run(archs[0], specs=args.specs, out=args.out, dry_run=args.dry_run)
+    return tune.run(archs[0], specs=args.specs, out=args.out, dry_run=args.dry_run,
+                    cols=args.cols)
 
 
 def main(argv=None) -> int:
@@ -212,12 +213,16 @@ rebuild the arch.
 
   liger-aot tune --arch sm90                       # every spec
   liger-aot tune --arch sm90 --specs rms_norm_fwd  # one spec, merged into the table
+  liger-aot tune --arch sm90 --specs rms_norm_bwd --cols 32768,65536
+                                                   # two buckets, merged into the spec's
   liger-aot tune --arch sm90 --dry-run             # the plan (needs no GPU)""")
     p.add_argument("--arch", required=True, help=f"the arch of this GPU: one of {archs}")
     p.add_argument("--specs", help="comma-separated spec names (default: every tunable spec; "
                                    "--dry-run lists them)")
     p.add_argument("--out", help="table to write, atomically (default: "
                                  "kernel_src/tuned/<arch>.json of this liger_aot)")
+    p.add_argument("--cols", help="comma-separated row lengths: tune only the buckets of these "
+                                  "(e.g. 32768,65536); the specs' other entries are kept")
     p.add_argument("--dry-run", action="store_true",
                    help="print the specs, shapes and candidate counts; measure and write nothing")
     p.set_defaults(func=cmd_tune)

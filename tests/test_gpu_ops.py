@@ -72,6 +72,12 @@ def test_norms(hidden, dtype):
         return s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + 1e-6) * w
 
     check(lambda x, w: rms_norm(x, w, 1e-6, in_place=False), rms_ref, x, w, dtype=dtype)
+    # in place (Liger-Kernel's module default) may overwrite the gradient handed to the
+    # backward (not with the interleaved layout of rows over 16K): the reference goes first
+    g = torch.randn(rows, hidden, device=DEV, dtype=dtype)
+    _, want, _ = grads_of(lambda x, w: rms_ref(x.double(), w.double()), x, w, grad=g.double())
+    _, got, _ = grads_of(lambda x, w: rms_norm(x, w, 1e-6, in_place=True), x, w, grad=g)
+    assert all(rel(a, b) < tol(dtype) for a, b in zip(got, want))
     check(lambda x, w, b: layer_norm(x, w, b, 1e-6),
           lambda x, w, b: F.layer_norm(x, (hidden,), w, b, 1e-6), x, w, b, dtype=dtype)
     # both outputs used, so the residual's gradient (dres) flows through the backward
@@ -79,12 +85,13 @@ def test_norms(hidden, dtype):
           lambda x, r, w: rms_ref(x + r, w) + (x + r), x, r, w, dtype=dtype)
 
 
-@pytest.mark.parametrize("hidden", [1024, 4096, 8192])
+@pytest.mark.parametrize("hidden", [1024, 4096, 8192, 32768])
 def test_norm_weight_grad_sums(hidden):
-    """The whole-row norm backwards sum the weight (and bias) gradient with atomic adds and a
-    last-program cast, or in torch's deterministic mode with per-program partials. 20 runs of
-    the atomic path all agree with the deterministic one (a race in the last program's read
-    would show as a far-off or NaN run), and the deterministic path is bitwise repeatable."""
+    """The whole-row and interleaved (32768) norm backwards sum the weight (and bias)
+    gradient with atomic adds and a last-program cast (per column block, interleaved), or in
+    torch's deterministic mode with per-program (per-chunk) partials. 20 runs of the atomic
+    path all agree with the deterministic one (a race in the last program's read would show
+    as a far-off or NaN run), and the deterministic path is bitwise repeatable."""
     from liger_aot.ops.layer_norm import layer_norm_backward
     from liger_aot.ops.rms_norm import _backward as rms_backward
 

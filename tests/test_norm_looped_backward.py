@@ -1,6 +1,7 @@
 """The looped (long-row) backward of RMSNorm and LayerNorm with BLOCK_M rows a step, in
 Triton's interpreter against float64 PyTorch: dx, and the dW (dB) partial rows the kernel
-sums over each step's rows.
+sums over each step's rows; and the interleaved layout (CHUNK_ROWS > 0), whose column
+programs write one partial row per chunk or add into one zeroed row (atomic).
 
 23 rows: runs of 6 rows a program (one per SM, 4 "SMs" in the interpreter; the last run 5)
 or 3 (two per SM), so a step's tail rows belong to the next program (BLOCK_M 4 at 6, 2 and 4
@@ -23,7 +24,7 @@ from liger_aot.kernel_src.rms_norm import spec as rms_spec
 from liger_aot.kernel_src.spec import Config
 from liger_aot.ops import layer_norm as ln_mod
 from liger_aot.ops import rms_norm as rms_mod
-from liger_aot.ops._common import persistent_grid
+from liger_aot.ops._common import accumulators, norm_backward_grid
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
 EPS = 1e-6
@@ -35,11 +36,20 @@ TUNED = Path(__file__).resolve().parents[1] / "kernel_src" / "tuned" / "sm90.jso
 
 def looped(block_m, block_n, warps=8, per_sm=1, stages=1):
     return Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "LOOP": True, "STAGES": stages,
-                   "PROGRAMS_PER_SM": per_sm}, num_warps=warps)
+                   "PROGRAMS_PER_SM": per_sm, "CHUNK_ROWS": 0}, num_warps=warps)
+
+
+def interleaved(block_m, block_n, chunk, warps=8, stages=1):
+    return Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "LOOP": True, "STAGES": stages,
+                   "PROGRAMS_PER_SM": 0, "CHUNK_ROWS": chunk}, num_warps=warps)
 
 
 # one row a step (the configs of earlier tuned tables), two and four
 CONFIGS = [looped(1, 4096), looped(2, 2048), looped(4, 1024)]
+# chunks of 8 rows (23 rows: 8, 8, 7) and of 32 (one chunk, mostly past n_rows), one and
+# two rows a row program; 3 stages in the interpreter run as 1
+INTERLEAVED = [interleaved(1, 4096, 8), interleaved(2, 2048, 8, stages=3),
+               interleaved(1, 8192, 32)]
 
 
 def tuned_looped_configs(name):
@@ -66,9 +76,20 @@ def guarded_stats(values):
     return buffer[:values.shape[0]], buffer
 
 
-def launch_shape(config, rows):
-    """The op's persistent grid for the config: (programs, rows_per_program)."""
-    return persistent_grid(rows, -1, config.constexprs["PROGRAMS_PER_SM"])
+def launch_shape(config, rows, n, spec):
+    """The op's grid for the config (programs, rows_per_program, partial rows, counters)."""
+    return norm_backward_grid(rows, n, -1, config, spec.SUM_BLOCK_N)
+
+
+def weight_grad_outputs(atomic, grid, n, dtype, count):
+    """(sums, outputs, counters) as the op passes them: zeroed fp32 rows, (n,) outputs and
+    zeroed counters (atomic), else NaN-filled partial rows (every one must be written) with
+    the outputs and counters as placeholders."""
+    if atomic:
+        sums, sync = accumulators(count, n, "cpu", grid.counters)
+        return sums, tuple(torch.full((n,), float("nan"), dtype=dtype) for _ in sums), sync
+    sums = tuple(torch.full((grid.partial_rows, n), float("nan")) for _ in range(count))
+    return sums, sums, sums[0]
 
 
 # -- RMSNorm -------------------------------------------------------------------------------
@@ -83,7 +104,7 @@ def rms_reference(x, w, dy, dres, offset):
     return dx, w64.grad
 
 
-def run_rms(config, dtype, casting, with_dres, rows=ROWS, n=N, offset=0.5):
+def run_rms(config, dtype, casting, with_dres, rows=ROWS, n=N, offset=0.5, atomic=False):
     """Launch the looped backward on guarded buffers; returns (dx, dw, dx_ref, dw_ref)."""
     torch.manual_seed(0)
     x, x_buf = guarded(rows, n, dtype)
@@ -93,15 +114,16 @@ def run_rms(config, dtype, casting, with_dres, rows=ROWS, n=N, offset=0.5):
     w = (torch.randn(n) * 0.1 + 1.0).to(dtype)
     rstd, rstd_buf = guarded_stats(torch.rsqrt(x.float().pow(2).mean(-1) + EPS))
     before = [b[rows:].clone() for b in (x_buf, dy_buf, dres_buf, dx_buf, rstd_buf)]
-    programs, rows_per_program = launch_shape(config, rows)
-    dw_partial = torch.full((programs, n), float("nan"))  # the kernel zeroes its row
-    rms_mod._bwd.launch((programs,), dx, dw_partial, dy, x, w, rstd, rows, n, n, n, n,
-                        offset, rows_per_program, dres, n, int(with_dres), dx, dw_partial, 0,
-                        dtype=dtype, config=config, options=(("CASTING", casting),))
+    grid = launch_shape(config, rows, n, rms_spec)
+    (dw_sum,), (dw,), sync = weight_grad_outputs(atomic, grid, n, dtype, 1)
+    rms_mod._bwd.launch((grid.programs,), dx, dw_sum, dy, x, w, rstd, rows, n, n, n, n,
+                        offset, grid.rows_per_program, dres, n, int(with_dres), dw, sync,
+                        int(atomic), dtype=dtype, config=config,
+                        options=(("CASTING", casting),))
     after = [b[rows:] for b in (x_buf, dy_buf, dres_buf, dx_buf, rstd_buf)]
     assert all(torch.equal(a, b) for a, b in zip(after, before)), "wrote past n_rows"
     dx_ref, dw_ref = rms_reference(x, w, dy, dres if with_dres else None, offset)
-    return dx, dw_partial.sum(0), dx_ref, dw_ref
+    return dx, (dw if atomic else dw_sum.sum(0)), dx_ref, dw_ref
 
 
 @pytest.mark.parametrize("with_dres", [False, True], ids=["plain", "dres"])
@@ -125,7 +147,7 @@ def test_rms_norm_looped_backward_fp32(config, with_dres):
                          ids=["m4", "m2"])
 def test_rms_norm_looped_backward_short_runs(config):
     """Two programs per SM: runs of 3 rows, shorter than (or not a multiple of) BLOCK_M."""
-    assert launch_shape(config, ROWS)[1] == 3
+    assert launch_shape(config, ROWS, N, rms_spec)[1] == 3
     dx, dw, dx_ref, dw_ref = run_rms(config, torch.float32, 1, True)
     assert rel_err(dx, dx_ref) < TOL[torch.float32]
     assert rel_err(dw, dw_ref) < TOL[torch.float32]
@@ -152,7 +174,7 @@ def ln_reference(x, w, dy):
     return x64.grad, w64.grad, b64.grad
 
 
-def run_ln(config, dtype, rows=ROWS, n=N):
+def run_ln(config, dtype, rows=ROWS, n=N, atomic=False):
     torch.manual_seed(1)
     x, x_buf = guarded(rows, n, dtype, scale=0.5, shift=3.0)  # a mean away from zero
     dy, dy_buf = guarded(rows, n, dtype)
@@ -162,19 +184,20 @@ def run_ln(config, dtype, rows=ROWS, n=N):
     mean, mean_buf = guarded_stats(xf.mean(-1))
     rstd, rstd_buf = guarded_stats(torch.rsqrt(xf.var(-1, unbiased=False) + EPS))
     before = [b[rows:].clone() for b in (x_buf, dy_buf, dx_buf, mean_buf, rstd_buf)]
-    programs, rows_per_program = launch_shape(config, rows)
-    dw_partial = torch.full((programs, n), float("nan"))
-    db_partial = torch.full((programs, n), float("nan"))
-    ln_mod._bwd.launch((programs,), dx, dw_partial, db_partial, dy, x, w, mean, rstd, rows, n,
-                       n, n, n, rows_per_program, dx, dx, dw_partial, 0, dtype=dtype,
+    grid = launch_shape(config, rows, n, ln_spec)
+    (dw_sum, db_sum), (dw, db), sync = weight_grad_outputs(atomic, grid, n, dtype, 2)
+    ln_mod._bwd.launch((grid.programs,), dx, dw_sum, db_sum, dy, x, w, mean, rstd, rows, n,
+                       n, n, n, grid.rows_per_program, dw, db, sync, int(atomic), dtype=dtype,
                        config=config)
     after = [b[rows:] for b in (x_buf, dy_buf, dx_buf, mean_buf, rstd_buf)]
     assert all(torch.equal(a, b) for a, b in zip(after, before)), "wrote past n_rows"
-    return (dx, dw_partial.sum(0), db_partial.sum(0)), ln_reference(x, w, dy)
+    if not atomic:
+        dw, db = dw_sum.sum(0), db_sum.sum(0)
+    return (dx, dw, db), ln_reference(x, w, dy)
 
 
-def check_ln(config, dtype):
-    got, want = run_ln(config, dtype)
+def check_ln(config, dtype, atomic=False):
+    got, want = run_ln(config, dtype, atomic=atomic)
     for g, r in zip(got, want):  # dx, dw, db
         assert rel_err(g, r) < TOL[dtype]
 
@@ -191,6 +214,77 @@ def test_layer_norm_looped_backward(config, dtype):
                          ids=lambda c: c.tag)
 def test_layer_norm_tuned_looped_configs(config):
     check_ln(config, torch.float32)
+
+
+# -- the interleaved layout ----------------------------------------------------------------
+
+def test_interleaved_grid():
+    """Per chunk of 8 rows: 8 // BLOCK_M row programs and cdiv(8200, 1024) = 9 column
+    programs; a partial row per chunk (23 rows: 3 chunks), a counter per column block."""
+    assert rms_spec.SUM_BLOCK_N == ln_spec.SUM_BLOCK_N == 1024
+    assert launch_shape(INTERLEAVED[0], ROWS, N, rms_spec) == (3 * (8 + 9), 8, 3, 9)
+    assert launch_shape(INTERLEAVED[1], ROWS, N, rms_spec) == (3 * (4 + 9), 8, 3, 9)
+    assert launch_shape(INTERLEAVED[2], ROWS, N, ln_spec) == (32 + 9, 32, 1, 9)
+    assert launch_shape(looped(4, 1024), ROWS, N, rms_spec) == (4, 6, 4, 1)
+    assert launch_shape(INTERLEAVED[0], 0, N, rms_spec)[0] == 0
+
+
+@pytest.mark.parametrize("atomic", [False, True], ids=["partials", "atomic"])
+@pytest.mark.parametrize("with_dres", [False, True], ids=["plain", "dres"])
+@pytest.mark.parametrize("casting", [0, 1, 2], ids=["llama", "gemma", "none"])
+@pytest.mark.parametrize("config", INTERLEAVED, ids=lambda c: c.tag)
+def test_rms_norm_interleaved_backward_bf16(config, casting, with_dres, atomic):
+    dx, dw, dx_ref, dw_ref = run_rms(config, torch.bfloat16, casting, with_dres, atomic=atomic)
+    assert rel_err(dx, dx_ref) < TOL[torch.bfloat16]
+    assert rel_err(dw, dw_ref) < TOL[torch.bfloat16]
+
+
+@pytest.mark.parametrize("atomic", [False, True], ids=["partials", "atomic"])
+@pytest.mark.parametrize("config", INTERLEAVED, ids=lambda c: c.tag)
+def test_rms_norm_interleaved_backward_fp32(config, atomic):
+    dx, dw, dx_ref, dw_ref = run_rms(config, torch.float32, 0, True, atomic=atomic)
+    assert rel_err(dx, dx_ref) < TOL[torch.float32]
+    assert rel_err(dw, dw_ref) < TOL[torch.float32]
+
+
+@pytest.mark.parametrize("atomic", [False, True], ids=["partials", "atomic"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("config", INTERLEAVED, ids=lambda c: c.tag)
+def test_layer_norm_interleaved_backward(config, dtype, atomic):
+    check_ln(config, dtype, atomic=atomic)
+
+
+def test_rules_interleave_rows_over_16k():
+    for config in (rms_spec.select_bwd_config(16400), rms_spec.select_bwd_config(65536, True),
+                   ln_spec.select_bwd_config(16400)):
+        assert config.constexprs["LOOP"] and config.constexprs["CHUNK_ROWS"] > 0
+        assert config.constexprs["CHUNK_ROWS"] % config.constexprs["BLOCK_M"] == 0
+    for config in (rms_spec.select_bwd_config(16384), ln_spec.select_bwd_config(16384)):
+        assert config.constexprs["CHUNK_ROWS"] == 0
+
+
+@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
+def test_ops_backward_on_the_interleaved_rule(deterministic):
+    """The ops with the rules' interleaved configs (rows of 16400 columns, 70 rows: a chunk
+    of 64 and one of 6), through both weight-gradient paths."""
+    torch.manual_seed(3)
+    rows, n = 70, 16400
+    x = torch.randn(rows, n)
+    w = torch.randn(n) * 0.1 + 1.0
+    dy, dres = torch.randn(rows, n), torch.randn(rows, n)
+    rstd = torch.rsqrt(x.pow(2).mean(-1) + EPS)
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(deterministic)
+    try:
+        dx, dw = rms_mod._backward(dy, x, w, rstd, 0.0, 1, dres=dres)
+        mean, ln_rstd = x.mean(-1), torch.rsqrt(x.var(-1, unbiased=False) + EPS)
+        got = ln_mod.layer_norm_backward(dy, x, w, mean, ln_rstd)
+    finally:
+        torch.use_deterministic_algorithms(before)
+    dx_ref, dw_ref = rms_reference(x, w, dy, dres, 0.0)
+    assert rel_err(dx, dx_ref) < 1e-5 and rel_err(dw, dw_ref) < 1e-5
+    for g, r in zip(got, ln_reference(x, w, dy)):
+        assert rel_err(g, r) < 1e-5
 
 
 # -- the rules' looped configs, through the ops --------------------------------------------
@@ -227,7 +321,7 @@ WIDE_N = 16000  # a 16384-column tile, partly masked
 
 def whole_row(block_n, warps=16, per_sm=1, stages=1):
     return Config({"BLOCK_M": 1, "BLOCK_N": block_n, "LOOP": False, "STAGES": stages,
-                   "PROGRAMS_PER_SM": per_sm}, num_warps=warps)
+                   "PROGRAMS_PER_SM": per_sm, "CHUNK_ROWS": 0}, num_warps=warps)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])

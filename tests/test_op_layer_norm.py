@@ -115,7 +115,7 @@ def test_layer_norm_opcheck():
 
 
 def test_layer_norm_variants():
-    assert sum(len(list(s.variants())) for s in spec.SPECS) == 48
+    assert sum(len(list(s.variants())) for s in spec.SPECS) == 54
 
 
 def test_liger_layer_norm_module():
@@ -131,15 +131,17 @@ def test_liger_layer_norm_module():
 
 @pytest.mark.parametrize("deterministic", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("n", [100, 3000, 17000])  # whole rows, whole rows, looped
+@pytest.mark.parametrize("n", [100, 3000, 9000, 17000])  # whole rows (2), looped, interleaved
 def test_layer_norm_weight_grad_reduction(monkeypatch, n, dtype, deterministic):
-    """Whole-row backwards sum dw and db with atomic adds in the kernel (the last program
-    writes both) unless torch's deterministic mode is on; looped rows always write
-    per-program partials. 37 rows spread over several programs."""
+    """Whole-row and interleaved backwards sum dw and db with atomic adds in the kernel (the
+    last program, per column block when interleaved, writes both) unless torch's
+    deterministic mode is on; the persistent looped layout always writes per-program
+    partials. 37 rows spread over several programs."""
     torch.manual_seed(4)
     modes = launched_weight_grad_modes(
         monkeypatch, ln_mod._bwd, deterministic,
         lambda: check(torch.randn(37, n, dtype=dtype) + 1, torch.randn(n, dtype=dtype),
                       torch.randn(n, dtype=dtype)))
-    looped = spec.select_bwd_config(n).constexprs["LOOP"]
-    assert modes == [0 if deterministic or looped else 1]
+    config = spec.select_bwd_config(n)
+    persistent_looped = config.constexprs["LOOP"] and not config.constexprs["CHUNK_ROWS"]
+    assert modes == [0 if deterministic or persistent_looped else 1]

@@ -266,7 +266,12 @@ def test_candidates_are_configs_the_kernel_supports(name):
                 if "STAGES" in keys:  # launch shapes of the persistent norm kernels
                     assert c.constexprs["STAGES"] in (1, 2, 3), c.tag
                     per_sm = c.constexprs["PROGRAMS_PER_SM"]
-                    assert per_sm in ((1, 2, 4) if name.endswith("_bwd") else (0, 1, 2, 4))
+                    if c.constexprs.get("CHUNK_ROWS"):  # interleaved looped backwards
+                        assert c.constexprs["LOOP"] and per_sm == 0, c.tag
+                        assert c.constexprs["CHUNK_ROWS"] % c.constexprs["BLOCK_M"] == 0
+                    else:
+                        assert per_sm in ((1, 2, 4) if name.endswith("_bwd")
+                                          else (0, 1, 2, 4)), c.tag
                 assert m & (m - 1) == 0 and n & (n - 1) == 0, c.tag  # powers of two
                 if "LOOP" not in keys:  # gated activations: a 2-D grid covers any row
                     assert m * n <= 4096, c.tag
@@ -353,6 +358,40 @@ def test_tune_dry_run_and_help(capsys):
     out = capsys.readouterr().out
     for words in ("--dry-run", "--specs", "--out", "torch reference", "2% faster", "H200"):
         assert words in out, words
+
+
+def test_tune_cols_selects_buckets(capsys):
+    cases = tune.only_cols(tune.CASES, "32768, 65536")
+    assert set(cases) == {"rms_norm_fwd", "rms_norm_bwd", "layer_norm_fwd", "layer_norm_bwd",
+                          "softmax_fwd", "softmax_bwd"}  # SwiGLU tunes other lengths
+    assert {s[1] for case in cases.values() for s in case.shapes} == {32768, 65536}
+    assert len(cases["rms_norm_bwd"].shapes) == 4  # with and without the residual gradient
+    assert tune.only_cols(tune.CASES, None) is tune.CASES
+    for text, match in (("100", "no tuned shape has such a row length"),
+                        ("32k", "comma-separated row lengths"), (",", "comma-separated")):
+        with pytest.raises(ValueError, match=match):
+            tune.only_cols(tune.CASES, text)
+    assert cli_main(["tune", "--arch", "sm90", "--dry-run", "--specs", "rms_norm_bwd",
+                     "--cols", "65536"]) == 0
+    out = capsys.readouterr().out
+    assert "n_cols=65536,dres=False" in out and "n_cols=32768" not in out
+    assert "2 buckets" in out
+
+
+def test_partial_tune_keeps_the_other_buckets(tables):
+    path = Path(tuning.TUNED_DIR) / "sm90.json"
+    old = {"rms_norm_bwd": {"n_cols=1024,dres=False": {"config": {"a": 1}},
+                            "n_cols=65536,dres=False": {"config": {"a": 2}}},
+           "swiglu_bwd": {"n_cols=8192": {"config": {"a": 3}}}}
+    tune.write_table(str(path), "sm90", old, {})
+    new = {"rms_norm_bwd": {"n_cols=65536,dres=False": {"config": {"a": 4}}}}
+    tune.write_table(str(path), "sm90", new, {}, whole_specs=False)
+    specs = json.loads(path.read_bytes())["specs"]
+    assert specs["rms_norm_bwd"] == {"n_cols=1024,dres=False": {"config": {"a": 1}},
+                                     "n_cols=65536,dres=False": {"config": {"a": 4}}}
+    assert specs["swiglu_bwd"] == old["swiglu_bwd"]
+    tune.write_table(str(path), "sm90", new, {})  # a whole spec's tune replaces its entries
+    assert json.loads(path.read_bytes())["specs"]["rms_norm_bwd"] == new["rms_norm_bwd"]
 
 
 TINY = {  # shapes the interpreter computes in seconds, covering flags and looped configs

@@ -12,11 +12,17 @@ Backward, xhat = (x - mean) * rstd, g = dy * w:
     dw = sum over rows of dy * xhat,  db = sum over rows of dy
 Each program owns rows_per_program consecutive rows and writes fp32 partials of dw and db to
 row `pid` of DW_PARTIAL and DB_PARTIAL; the host sums the partials. Or, with atomic_dw (whole
-rows only), programs add their partials into the zeroed fp32 rows DW_PARTIAL[0] and
+rows, interleaved), programs add their partials into the zeroed fp32 rows DW_PARTIAL[0] and
 DB_PARTIAL[0] and the last one writes the totals to DW and DB (see _add_partials_and_finish).
 """
 import triton
 import triton.language as tl
+
+from . import spec
+
+# the column programs' tile in the interleaved backward (the op sizes the grid with it)
+SUM_BLOCK_M = tl.constexpr(spec.SUM_BLOCK_M)
+SUM_BLOCK_N = tl.constexpr(spec.SUM_BLOCK_N)
 
 
 @triton.jit
@@ -96,17 +102,18 @@ def layer_norm_fwd(Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y, stride_x, e
 
 
 @triton.jit
-def _add_partials_and_finish(ACC_W, ACC_B, DW, DB, SYNC, part_w, part_b, cols, col_mask):
+def _add_partials_and_finish(ACC_W, ACC_B, DW, DB, SYNC, part_w, part_b, cols, col_mask,
+                             arrivals):
     """Adds this program's column sums into the fp32 rows ACC_W, ACC_B (zeroed by the caller)
-    and counts the program in SYNC[0] (zeroed too); the last program to arrive writes the
-    totals rounded to DW's dtype. Saves the partial buffers, their reductions and the casts
-    (four launches); the order of the sums varies, so only outside torch's deterministic mode.
-    The RMSNorm family has the one-gradient twin."""
+    and counts the program in SYNC[0] (zeroed too); the last of the `arrivals` programs that
+    call this writes the totals rounded to DW's dtype. Saves the partial buffers, their
+    reductions and the casts (four launches); the order of the sums varies, so only outside
+    torch's deterministic mode. The RMSNorm family has the one-gradient twin."""
     tl.atomic_add(ACC_W + cols, part_w, mask=col_mask, sem="relaxed")
     tl.atomic_add(ACC_B + cols, part_b, mask=col_mask, sem="relaxed")
     tl.debug_barrier()  # every thread's adds come before the one release below
     ticket = tl.atomic_add(SYNC, 1, sem="acq_rel")
-    if ticket == tl.num_programs(0) - 1:
+    if ticket == arrivals - 1:
         # .cg: read the totals at L2, where the atomics were performed
         total_w = tl.load(ACC_W + cols, mask=col_mask, other=0.0, cache_modifier=".cg")
         total_b = tl.load(ACC_B + cols, mask=col_mask, other=0.0, cache_modifier=".cg")
@@ -115,12 +122,93 @@ def _add_partials_and_finish(ACC_W, ACC_B, DW, DB, SYNC, part_w, part_b, cols, c
 
 
 @triton.jit
+def _looped_rows_bwd(DX, dw_row, db_row, DY, X, W, MEAN, RSTD, rows, live, cols, n_cols,
+                     stride_dx, stride_dy, stride_x, BLOCK_M: tl.constexpr,
+                     BLOCK_N: tl.constexpr, STAGES: tl.constexpr, ADD_DW: tl.constexpr,
+                     FIRST_READ: tl.constexpr):
+    """dx of the rows `rows` (live: those to compute), longer than BLOCK_N: pass 1 takes each
+    row's two sums over its column blocks, pass 2 writes dx. With ADD_DW, pass 2 also adds
+    each block's column sums of dy * xhat and dy to the fp32 rows dw_row and db_row in
+    global memory (one read-modify-write each per column block for BLOCK_M rows).
+    FIRST_READ: pass 1's L2 eviction policy."""
+    mean = tl.load(MEAN + rows, mask=live, other=0.0)[:, None]
+    rstd = tl.load(RSTD + rows, mask=live, other=0.0)[:, None]
+    x_rows = X + rows[:, None] * stride_x
+    dy_rows = DY + rows[:, None] * stride_dy
+    acc1 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    acc2 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for c0 in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
+        c = (c0 + cols)[None, :]
+        mask = live[:, None] & (c < n_cols)
+        w = tl.load(W + c, mask=c < n_cols, other=0.0).to(tl.float32)
+        x = tl.load(x_rows + c, mask=mask, other=0.0, eviction_policy=FIRST_READ).to(tl.float32)
+        dy = tl.load(dy_rows + c, mask=mask, other=0.0,
+                     eviction_policy=FIRST_READ).to(tl.float32)
+        g = dy * w
+        acc1 += g * ((x - mean) * rstd)
+        acc2 += g
+    c1 = tl.sum(acc1, axis=1)[:, None] / n_cols
+    c2 = tl.sum(acc2, axis=1)[:, None] / n_cols
+    # pass 2 walks the column blocks backwards: the last ones pass 1 read are the
+    # likeliest still cached (H200: 3-5% faster at 32K-64K; the forwards lost 2-10%)
+    n_blocks = tl.cdiv(n_cols, BLOCK_N)
+    for back in tl.range(0, n_blocks, num_stages=STAGES):
+        c0 = (n_blocks - 1 - back) * BLOCK_N
+        # [1, BLOCK_N] columns (not a vector) keep w and the partial rows in the
+        # tile's layout: no layout conversions through shared memory
+        c = (c0 + cols)[None, :]
+        col_mask = c < n_cols
+        mask = live[:, None] & col_mask
+        w = tl.load(W + c, mask=col_mask, other=0.0).to(tl.float32)
+        x = tl.load(x_rows + c, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_rows + c, mask=mask, other=0.0).to(tl.float32)
+        xhat = (x - mean) * rstd
+        dx = rstd * (dy * w - c2 - xhat * c1)
+        tl.store(DX + rows[:, None] * stride_dx + c, dx.to(DX.dtype.element_ty), mask=mask)
+        if ADD_DW:
+            # dead rows and columns loaded dy = 0: they add nothing to the column sums
+            dw = tl.load(dw_row + c, mask=col_mask, other=0.0)
+            tl.store(dw_row + c, dw + tl.sum(dy * xhat, axis=0, keep_dims=True),
+                     mask=col_mask)
+            db = tl.load(db_row + c, mask=col_mask, other=0.0)
+            tl.store(db_row + c, db + tl.sum(dy, axis=0, keep_dims=True), mask=col_mask)
+
+
+@triton.jit
+def _column_sums_bwd(DY, X, MEAN, RSTD, first, last, cols, col_mask, stride_dy, stride_x,
+                     STAGES: tl.constexpr):
+    """(sum(dy * xhat), sum(dy)) over rows [first, last) of the columns `cols` (fp32,
+    [SUM_BLOCK_N] each), SUM_BLOCK_M rows a step. The loads ask L2 to drop the lines (the
+    interleaved layout's last reader)."""
+    dw = tl.zeros([SUM_BLOCK_M, SUM_BLOCK_N], dtype=tl.float32)
+    db = tl.zeros([SUM_BLOCK_M, SUM_BLOCK_N], dtype=tl.float32)
+    for step in tl.range(first, last, SUM_BLOCK_M, num_stages=STAGES):
+        rows = step + tl.arange(0, SUM_BLOCK_M)
+        live = rows < last
+        mask = live[:, None] & col_mask[None, :]
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0,
+                    eviction_policy="evict_first").to(tl.float32)
+        dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0,
+                     eviction_policy="evict_first").to(tl.float32)
+        mean = tl.load(MEAN + rows, mask=live, other=0.0)[:, None]
+        rstd = tl.load(RSTD + rows, mask=live, other=0.0)[:, None]
+        dw += dy * ((x - mean) * rstd)  # dead rows and columns loaded dy = 0
+        db += dy
+    return tl.sum(dw, axis=0), tl.sum(db, axis=0)
+
+
+@triton.jit
 def layer_norm_bwd(DX, DW_PARTIAL, DB_PARTIAL, DY, X, W, MEAN, RSTD, n_rows, n_cols,
                    stride_dx, stride_dy, stride_x, rows_per_program, DW, DB, SYNC, atomic_dw,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LOOP: tl.constexpr,
-                   STAGES: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr):
+                   STAGES: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr,
+                   CHUNK_ROWS: tl.constexpr):
     """About PROGRAMS_PER_SM programs per SM (the op sizes the grid), STAGES row blocks'
-    (whole rows) or column blocks' (looped rows) loads in flight per program."""
+    (whole rows) or column blocks' (looped rows) loads in flight per program.
+    Interleaved (looped rows, CHUNK_ROWS > 0): chunks of CHUNK_ROWS rows, whose row programs
+    write dx and whose column programs then sum dw and db (into the chunk's partial rows,
+    or with atomic_dw the zeroed rows, with a counter per column block in SYNC), as in
+    RMSNorm's backward."""
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     first = pid.to(tl.int64) * rows_per_program
@@ -173,59 +261,47 @@ def layer_norm_bwd(DX, DW_PARTIAL, DB_PARTIAL, DY, X, W, MEAN, RSTD, n_rows, n_c
             db += dy
         if atomic_dw != 0:
             _add_partials_and_finish(DW_PARTIAL, DB_PARTIAL, DW, DB, SYNC, tl.sum(dw, axis=0),
-                                     tl.sum(db, axis=0), cols, col_mask)
+                                     tl.sum(db, axis=0), cols, col_mask, tl.num_programs(0))
         else:
             tl.store(dw_row + cols, tl.sum(dw, axis=0), mask=col_mask)
             tl.store(db_row + cols, tl.sum(db, axis=0), mask=col_mask)
-    else:
-        # Long rows, BLOCK_M at a time: pass 1 takes each row's two sums over its column
-        # blocks; pass 2 writes dx and adds the block's column sums of dy * xhat and dy to
-        # the partial rows in global memory, one read-modify-write each per column block for
-        # BLOCK_M rows.
+    elif CHUNK_ROWS == 0:
+        # Long rows, BLOCK_M at a time, each program with its own fp32 partial rows.
         for c0 in range(0, n_cols, BLOCK_N):
             c = c0 + cols
             tl.store(dw_row + c, tl.zeros([BLOCK_N], dtype=tl.float32), mask=c < n_cols)
             tl.store(db_row + c, tl.zeros([BLOCK_N], dtype=tl.float32), mask=c < n_cols)
         for step in range(0, rows_per_program, BLOCK_M):
             rows = first + step + tl.arange(0, BLOCK_M)
-            live = rows < last  # masks rows past the program's run (and past n_rows)
-            mean = tl.load(MEAN + rows, mask=live, other=0.0)[:, None]
-            rstd = tl.load(RSTD + rows, mask=live, other=0.0)[:, None]
-            x_rows = X + rows[:, None] * stride_x
-            dy_rows = DY + rows[:, None] * stride_dy
-            acc1 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-            acc2 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-            for c0 in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
-                c = (c0 + cols)[None, :]
-                mask = live[:, None] & (c < n_cols)
-                w = tl.load(W + c, mask=c < n_cols, other=0.0).to(tl.float32)
-                x = tl.load(x_rows + c, mask=mask, other=0.0).to(tl.float32)
-                dy = tl.load(dy_rows + c, mask=mask, other=0.0).to(tl.float32)
-                g = dy * w
-                acc1 += g * ((x - mean) * rstd)
-                acc2 += g
-            c1 = tl.sum(acc1, axis=1)[:, None] / n_cols
-            c2 = tl.sum(acc2, axis=1)[:, None] / n_cols
-            # pass 2 walks the column blocks backwards: the last ones pass 1 read are the
-            # likeliest still cached (H200: 3-5% faster at 32K-64K; the forwards lost 2-10%)
-            n_blocks = tl.cdiv(n_cols, BLOCK_N)
-            for back in tl.range(0, n_blocks, num_stages=STAGES):
-                c0 = (n_blocks - 1 - back) * BLOCK_N
-                # [1, BLOCK_N] columns (not a vector) keep w and the partial rows in the
-                # tile's layout: no layout conversions through shared memory
-                c = (c0 + cols)[None, :]
-                col_mask = c < n_cols
-                mask = live[:, None] & col_mask
-                w = tl.load(W + c, mask=col_mask, other=0.0).to(tl.float32)
-                x = tl.load(x_rows + c, mask=mask, other=0.0).to(tl.float32)
-                dy = tl.load(dy_rows + c, mask=mask, other=0.0).to(tl.float32)
-                xhat = (x - mean) * rstd
-                dx = rstd * (dy * w - c2 - xhat * c1)
-                tl.store(DX + rows[:, None] * stride_dx + c, dx.to(DX.dtype.element_ty),
-                         mask=mask)
-                # dead rows and columns loaded dy = 0: they add nothing to the column sums
-                dw = tl.load(dw_row + c, mask=col_mask, other=0.0)
-                tl.store(dw_row + c, dw + tl.sum(dy * xhat, axis=0, keep_dims=True),
-                         mask=col_mask)
-                db = tl.load(db_row + c, mask=col_mask, other=0.0)
-                tl.store(db_row + c, db + tl.sum(dy, axis=0, keep_dims=True), mask=col_mask)
+            # masks rows past the program's run (and past n_rows)
+            _looped_rows_bwd(DX, dw_row, db_row, DY, X, W, MEAN, RSTD, rows, rows < last, cols,
+                             n_cols, stride_dx, stride_dy, stride_x, BLOCK_M, BLOCK_N, STAGES,
+                             True, "")
+    else:
+        # Interleaved (see the docstring): the grid is chunks of CHUNK_ROWS rows, each
+        # CHUNK_ROWS // BLOCK_M row programs followed by cdiv(n_cols, SUM_BLOCK_N) column
+        # programs.
+        row_programs: tl.constexpr = CHUNK_ROWS // BLOCK_M
+        column_programs = tl.cdiv(n_cols, SUM_BLOCK_N)
+        chunk = pid // (row_programs + column_programs)
+        task = pid % (row_programs + column_programs)
+        chunk_first = chunk.to(tl.int64) * CHUNK_ROWS
+        if task < row_programs:
+            rows = chunk_first + task * BLOCK_M + tl.arange(0, BLOCK_M)
+            _looped_rows_bwd(DX, dw_row, db_row, DY, X, W, MEAN, RSTD, rows, rows < n_rows,
+                             cols, n_cols, stride_dx, stride_dy, stride_x, BLOCK_M, BLOCK_N,
+                             STAGES, False, "evict_last")
+        else:
+            sum_cols = (task - row_programs) * SUM_BLOCK_N + tl.arange(0, SUM_BLOCK_N)
+            sum_mask = sum_cols < n_cols
+            part_w, part_b = _column_sums_bwd(DY, X, MEAN, RSTD, chunk_first,
+                                              tl.minimum(chunk_first + CHUNK_ROWS, n_rows),
+                                              sum_cols, sum_mask, stride_dy, stride_x, STAGES)
+            if atomic_dw != 0:
+                # SYNC holds a counter per column block: its last chunk writes dw and db
+                _add_partials_and_finish(DW_PARTIAL, DB_PARTIAL, DW, DB, SYNC + task - row_programs,
+                                         part_w, part_b, sum_cols, sum_mask,
+                                         tl.cdiv(n_rows, CHUNK_ROWS))
+            else:
+                tl.store(DW_PARTIAL + chunk * n_cols + sum_cols, part_w, mask=sum_mask)
+                tl.store(DB_PARTIAL + chunk * n_cols + sum_cols, part_b, mask=sum_mask)

@@ -19,10 +19,25 @@ _WHOLE_ROW = tuple(_config(m, n, w) for m, n, w in ((4, 1024, 4), (1, 4096, 8), 
 _LOOPED = _config(1, 4096, 8, loop=True)
 CONFIGS = _WHOLE_ROW + (_LOOPED,)
 
-_BWD_WHOLE_ROW = tuple(_config(m, n, w, per_sm=4)
+# Backward configs add CHUNK_ROWS: looped rows over 16K columns take the interleaved layout
+# (rows of a chunk write dx, then SUM_BLOCK_M x SUM_BLOCK_N column programs sum dw and db
+# from L2; see rms_norm/spec.py, where it was measured first), shorter ones the persistent one.
+SUM_BLOCK_M = 4
+SUM_BLOCK_N = 1024
+INTERLEAVED_FROM = 16384
+
+
+def _bwd_config(m, n, w, loop=False, per_sm=4, stages=1, chunk=0):
+    return Config({"BLOCK_M": m, "BLOCK_N": n, "LOOP": loop, "STAGES": stages,
+                   "PROGRAMS_PER_SM": 0 if chunk else per_sm, "CHUNK_ROWS": chunk},
+                  num_warps=w)
+
+
+_BWD_WHOLE_ROW = tuple(_bwd_config(m, n, w)
                        for m, n, w in ((4, 1024, 8), (1, 4096, 8), (1, 8192, 16)))
-_BWD_LOOPED = _config(2, 2048, 8, loop=True, per_sm=4)
-BWD_CONFIGS = _BWD_WHOLE_ROW + (_BWD_LOOPED,)
+_BWD_LOOPED = _bwd_config(2, 2048, 8, loop=True)
+_BWD_INTERLEAVED = _bwd_config(1, 8192, 8, loop=True, stages=3, chunk=64)
+BWD_CONFIGS = _BWD_WHOLE_ROW + (_BWD_LOOPED, _BWD_INTERLEAVED)
 
 
 def _pick(whole_row, looped, n_cols):
@@ -37,6 +52,8 @@ def select_config(n_cols: int) -> Config:
 
 
 def select_bwd_config(n_cols: int) -> Config:
+    if n_cols > INTERLEAVED_FROM:
+        return _BWD_INTERLEAVED
     return _pick(_BWD_WHOLE_ROW, _BWD_LOOPED, n_cols)
 
 
@@ -59,9 +76,10 @@ BWD = KernelSpec(
             Param("n_rows", "i32"), Param("n_cols", "i32", divisible=True),
             Param("stride_dx", "i64", divisible=True), Param("stride_dy", "i64", divisible=True),
             Param("stride_x", "i64", divisible=True), Param("rows_per_program", "i32"),
-            # atomic_dw = 1 (whole rows only): DW_PARTIAL and DB_PARTIAL are zeroed fp32 rows
+            # atomic_dw = 1 (whole rows, interleaved): DW_PARTIAL and DB_PARTIAL are zeroed fp32 rows
             # the programs add into, SYNC a zeroed counter, and the last program writes DW and
-            # DB; else those are placeholders and the partials hold one row per program
+            # DB; else those are placeholders and the partials hold one row per program (per
+            # chunk, interleaved)
             Param("DW", "ptr"), Param("DB", "ptr"), Param("SYNC", "ptr", dtype="i32"),
             Param("atomic_dw", "i32")),
     configs=BWD_CONFIGS, rule=select_bwd_config,

@@ -15,8 +15,9 @@ variants). Whole-row configs wider than RESIDUAL_MAX_BLOCK_N (forward) or DRES_M
 never send fused calls to them.
 
 Backward: dx = rstd * (dy*w' - s*rstd^2*mean(dy*w'*s)) (+ dres, the gradient of the residual
-output, when has_dres). DX may be DY's own buffer (in-place backward): every element of dy is
-read before the same thread writes dx at that element.
+output, when has_dres). DX may be DY's own buffer (in-place backward) except in the interleaved
+layout (CHUNK_ROWS > 0): elsewhere every element of dy is read before the same thread writes
+dx at that element, there column programs read dy after row programs wrote dx.
 """
 import triton
 import triton.language as tl
@@ -26,6 +27,9 @@ from . import spec
 # widest whole-row tile that keeps the fused residual path (a global must be a constexpr)
 RESIDUAL_MAX_BLOCK_N = tl.constexpr(spec.RESIDUAL_MAX_BLOCK_N)
 DRES_MAX_BLOCK_N = tl.constexpr(spec.DRES_MAX_BLOCK_N)
+# the column programs' tile in the interleaved backward (the op sizes the grid with it)
+SUM_BLOCK_M = tl.constexpr(spec.SUM_BLOCK_M)
+SUM_BLOCK_N = tl.constexpr(spec.SUM_BLOCK_N)
 
 
 @triton.jit
@@ -139,21 +143,100 @@ def rms_norm_fwd(Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, offset,
 
 
 @triton.jit
-def _add_partial_and_finish(ACC, DW, SYNC, part, cols, col_mask):
+def _add_partial_and_finish(ACC, DW, SYNC, part, cols, col_mask, arrivals):
     """Adds this program's column sums `part` into the fp32 row ACC (zeroed by the caller)
-    and counts the program in SYNC[0] (zeroed too); the last program to arrive writes ACC
-    rounded to DW's dtype. This replaces a [programs, n] partial buffer, a reduction over it
-    and a cast (two more launches) by n atomic adds a program. The order of the sums varies
-    from run to run, so the op takes this path only when torch's deterministic mode is off.
+    and counts the program in SYNC[0] (zeroed too); the last of the `arrivals` programs
+    that call this writes ACC rounded to DW's dtype. This replaces a [programs, n] partial
+    buffer, a reduction over it and a cast (two more launches) by n atomic adds a program.
+    The order of the sums varies from run to run, so the op takes this path only when
+    torch's deterministic mode is off.
     The LayerNorm family has a twin for two gradients (families do not share kernel source:
     the build keys artifacts by each family's own file)."""
     tl.atomic_add(ACC + cols, part, mask=col_mask, sem="relaxed")
     tl.debug_barrier()  # every thread's adds come before the one release below
     ticket = tl.atomic_add(SYNC, 1, sem="acq_rel")
-    if ticket == tl.num_programs(0) - 1:
+    if ticket == arrivals - 1:
         # .cg: read the totals at L2, where the atomics were performed
         total = tl.load(ACC + cols, mask=col_mask, other=0.0, cache_modifier=".cg")
         tl.store(DW + cols, total.to(DW.dtype.element_ty), mask=col_mask)
+
+
+@triton.jit
+def _looped_rows_bwd(DX, dw_row, DY, X, W, RSTD, DRES, rows, live, cols, n_cols, stride_dx,
+                     stride_dy, stride_x, stride_dres, offset, has_dres,
+                     CASTING: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     STAGES: tl.constexpr, ADD_DW: tl.constexpr, FIRST_READ: tl.constexpr):
+    """dx of the rows `rows` (live: those to compute), longer than BLOCK_N: pass 1 takes each
+    row's dot over its column blocks, pass 2 writes dx. With ADD_DW, pass 2 also adds each
+    block's column sums of dy * xhat to the fp32 row dw_row in global memory (one
+    read-modify-write per column block for BLOCK_M rows). FIRST_READ: pass 1's L2 eviction
+    policy."""
+    rstd = tl.load(RSTD + rows, mask=live, other=0.0)[:, None]
+    x_rows = X + rows[:, None] * stride_x
+    dy_rows = DY + rows[:, None] * stride_dy
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for c0 in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
+        c = (c0 + cols)[None, :]
+        mask = live[:, None] & (c < n_cols)
+        w = tl.load(W + c, mask=c < n_cols, other=0.0).to(tl.float32) + offset
+        xf = tl.load(x_rows + c, mask=mask, other=0.0,
+                     eviction_policy=FIRST_READ).to(tl.float32)
+        dyf = tl.load(dy_rows + c, mask=mask, other=0.0,
+                      eviction_policy=FIRST_READ).to(tl.float32)
+        acc += dyf * w * xf
+    dot = tl.sum(acc, axis=1)[:, None] / n_cols
+    # pass 2 walks the column blocks backwards: the last ones pass 1 read are the
+    # likeliest still cached (H200: 3-5% faster at 32K-64K; the forwards lost 2-10%)
+    n_blocks = tl.cdiv(n_cols, BLOCK_N)
+    for back in tl.range(0, n_blocks, num_stages=STAGES):
+        c0 = (n_blocks - 1 - back) * BLOCK_N
+        # [1, BLOCK_N] columns (not a vector) keep w and the partial row in the
+        # tile's layout: no layout conversions through shared memory
+        c = (c0 + cols)[None, :]
+        col_mask = c < n_cols
+        mask = live[:, None] & col_mask
+        w = tl.load(W + c, mask=col_mask, other=0.0).to(tl.float32) + offset
+        x = tl.load(x_rows + c, mask=mask, other=0.0)
+        xf = x.to(tl.float32)
+        dyf = tl.load(dy_rows + c, mask=mask, other=0.0).to(tl.float32)
+        dx = rstd * (dyf * w - xf * rstd * rstd * dot)
+        if has_dres != 0:
+            dx += tl.load(DRES + rows[:, None] * stride_dres + c, mask=mask,
+                          other=0.0).to(tl.float32)
+        tl.store(DX + rows[:, None] * stride_dx + c, dx.to(DX.dtype.element_ty), mask=mask)
+        if ADD_DW:
+            if CASTING == 0:
+                xhat = (xf * rstd).to(x.dtype).to(tl.float32)
+            else:
+                xhat = xf * rstd
+            # dead rows loaded dy = 0: they add nothing to the column sums
+            dw = tl.load(dw_row + c, mask=col_mask, other=0.0)
+            tl.store(dw_row + c, dw + tl.sum(dyf * xhat, axis=0, keep_dims=True),
+                     mask=col_mask)
+
+
+@triton.jit
+def _column_sums_bwd(DY, X, RSTD, first, last, cols, col_mask, stride_dy, stride_x,
+                     CASTING: tl.constexpr, STAGES: tl.constexpr):
+    """sum(dy * xhat) over rows [first, last) of the columns `cols` (fp32, [SUM_BLOCK_N]),
+    SUM_BLOCK_M rows a step. The loads ask L2 to drop the lines (the interleaved layout's
+    last reader)."""
+    dw = tl.zeros([SUM_BLOCK_M, SUM_BLOCK_N], dtype=tl.float32)
+    for step in tl.range(first, last, SUM_BLOCK_M, num_stages=STAGES):
+        rows = step + tl.arange(0, SUM_BLOCK_M)
+        live = rows < last
+        mask = live[:, None] & col_mask[None, :]
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0,
+                    eviction_policy="evict_first")
+        dyf = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0,
+                      eviction_policy="evict_first").to(tl.float32)
+        rstd = tl.load(RSTD + rows, mask=live, other=0.0)[:, None]
+        if CASTING == 0:
+            xhat = (x.to(tl.float32) * rstd).to(x.dtype).to(tl.float32)
+        else:
+            xhat = x.to(tl.float32) * rstd
+        dw += dyf * xhat  # dead rows and columns loaded dy = 0
+    return tl.sum(dw, axis=0)
 
 
 @triton.jit
@@ -161,15 +244,25 @@ def rms_norm_bwd(DX, DW_PARTIAL, DY, X, W, RSTD, n_rows, n_cols, stride_dx, stri
                  stride_x, offset, rows_per_program, DRES, stride_dres, has_dres,
                  DW, SYNC, atomic_dw,
                  CASTING: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 LOOP: tl.constexpr, STAGES: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr):
+                 LOOP: tl.constexpr, STAGES: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr,
+                 CHUNK_ROWS: tl.constexpr):
     """dx = rstd * (dy*w' - xhat * mean(dy*w'*xhat)) [+ dres], w' = offset + w.
     Each program owns rows_per_program consecutive rows and sums dw = sum(dy * xhat) over
     them in fp32. It writes that partial to DW_PARTIAL[pid, :] for the host to sum
-    (deterministic); or, with atomic_dw (whole rows only), adds it into the zeroed fp32 row
+    (deterministic); or, with atomic_dw (whole rows, interleaved), adds it into the zeroed fp32 row
     DW_PARTIAL[0, :], and the last program to finish writes the total to DW in DX's dtype
     (see _add_partial_and_finish). The op launches about PROGRAMS_PER_SM programs per SM;
     STAGES row blocks' (whole rows) or column blocks' (looped rows) loads are in flight per
-    program."""
+    program.
+    Interleaved (looped rows, CHUNK_ROWS > 0): the grid walks chunks of CHUNK_ROWS rows; a
+    chunk's row programs (BLOCK_M rows each) write its dx, then its column programs
+    (SUM_BLOCK_N columns each) sum its dw, each into DW_PARTIAL[chunk, :] (deterministic) or
+    with atomic_dw into the zeroed row as above, SYNC then holding a counter per column
+    block. Programs start about in grid order, so the
+    column programs read the chunk's x and dy while L2 still holds them, and no program
+    read-modify-writes a partial row per column block (H200, 2048 x 32768: 0.213 -> 0.154
+    ms against the persistent looped layout; benchmarks/experiment_norm_bwd_split.py).
+    rows_per_program is unused there."""
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     # Whole rows of 16K elements and more read x and dy twice, the second time from cache,
@@ -219,56 +312,44 @@ def rms_norm_bwd(DX, DW_PARTIAL, DY, X, W, RSTD, n_rows, n_cols, stride_dx, stri
             tl.store(DX + rows[:, None] * stride_dx + c, dx.to(DX.dtype.element_ty), mask=mask)
             dw += dyf * xhat
         if atomic_dw != 0:
-            _add_partial_and_finish(DW_PARTIAL, DW, SYNC, tl.sum(dw, axis=0), cols, col_mask)
+            _add_partial_and_finish(DW_PARTIAL, DW, SYNC, tl.sum(dw, axis=0), cols, col_mask,
+                                    tl.num_programs(0))
         else:
             tl.store(dw_row + cols, tl.sum(dw, axis=0), mask=col_mask)
-    else:
-        # Long rows, BLOCK_M at a time: pass 1 takes each row's dot over its column blocks;
-        # pass 2 writes dx and adds the block's column sums of dy * xhat to the partial row
-        # in global memory, one read-modify-write per column block for BLOCK_M rows.
+    elif CHUNK_ROWS == 0:
+        # Long rows, BLOCK_M at a time, each program with its own fp32 partial row.
         for c0 in range(0, n_cols, BLOCK_N):
             c = c0 + cols
             tl.store(dw_row + c, tl.zeros([BLOCK_N], dtype=tl.float32), mask=c < n_cols)
         for step in range(0, rows_per_program, BLOCK_M):
             rows = first + step + tl.arange(0, BLOCK_M)
-            live = rows < last  # masks rows past the program's run (and past n_rows)
-            rstd = tl.load(RSTD + rows, mask=live, other=0.0)[:, None]
-            x_rows = X + rows[:, None] * stride_x
-            dy_rows = DY + rows[:, None] * stride_dy
-            acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-            for c0 in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
-                c = (c0 + cols)[None, :]
-                mask = live[:, None] & (c < n_cols)
-                w = tl.load(W + c, mask=c < n_cols, other=0.0).to(tl.float32) + offset
-                xf = tl.load(x_rows + c, mask=mask, other=0.0).to(tl.float32)
-                dyf = tl.load(dy_rows + c, mask=mask, other=0.0).to(tl.float32)
-                acc += dyf * w * xf
-            dot = tl.sum(acc, axis=1)[:, None] / n_cols
-            # pass 2 walks the column blocks backwards: the last ones pass 1 read are the
-            # likeliest still cached (H200: 3-5% faster at 32K-64K; the forwards lost 2-10%)
-            n_blocks = tl.cdiv(n_cols, BLOCK_N)
-            for back in tl.range(0, n_blocks, num_stages=STAGES):
-                c0 = (n_blocks - 1 - back) * BLOCK_N
-                # [1, BLOCK_N] columns (not a vector) keep w and the partial row in the
-                # tile's layout: no layout conversions through shared memory
-                c = (c0 + cols)[None, :]
-                col_mask = c < n_cols
-                mask = live[:, None] & col_mask
-                w = tl.load(W + c, mask=col_mask, other=0.0).to(tl.float32) + offset
-                x = tl.load(x_rows + c, mask=mask, other=0.0)
-                xf = x.to(tl.float32)
-                dyf = tl.load(dy_rows + c, mask=mask, other=0.0).to(tl.float32)
-                dx = rstd * (dyf * w - xf * rstd * rstd * dot)
-                if has_dres != 0:
-                    dx += tl.load(DRES + rows[:, None] * stride_dres + c, mask=mask,
-                                  other=0.0).to(tl.float32)
-                tl.store(DX + rows[:, None] * stride_dx + c, dx.to(DX.dtype.element_ty),
-                         mask=mask)
-                if CASTING == 0:
-                    xhat = (xf * rstd).to(x.dtype).to(tl.float32)
-                else:
-                    xhat = xf * rstd
-                # dead rows loaded dy = 0: they add nothing to the column sums
-                dw = tl.load(dw_row + c, mask=col_mask, other=0.0)
-                tl.store(dw_row + c, dw + tl.sum(dyf * xhat, axis=0, keep_dims=True),
-                         mask=col_mask)
+            # masks rows past the program's run (and past n_rows)
+            _looped_rows_bwd(DX, dw_row, DY, X, W, RSTD, DRES, rows, rows < last, cols,
+                             n_cols, stride_dx, stride_dy, stride_x, stride_dres, offset,
+                             has_dres, CASTING, BLOCK_M, BLOCK_N, STAGES, True, "")
+    else:
+        # Interleaved (see the docstring): the grid is chunks of CHUNK_ROWS rows, each
+        # CHUNK_ROWS // BLOCK_M row programs followed by cdiv(n_cols, SUM_BLOCK_N) column
+        # programs.
+        row_programs: tl.constexpr = CHUNK_ROWS // BLOCK_M
+        column_programs = tl.cdiv(n_cols, SUM_BLOCK_N)
+        chunk = pid // (row_programs + column_programs)
+        task = pid % (row_programs + column_programs)
+        chunk_first = chunk.to(tl.int64) * CHUNK_ROWS
+        if task < row_programs:
+            rows = chunk_first + task * BLOCK_M + tl.arange(0, BLOCK_M)
+            _looped_rows_bwd(DX, dw_row, DY, X, W, RSTD, DRES, rows, rows < n_rows, cols,
+                             n_cols, stride_dx, stride_dy, stride_x, stride_dres, offset,
+                             has_dres, CASTING, BLOCK_M, BLOCK_N, STAGES, False, "evict_last")
+        else:
+            sum_cols = (task - row_programs) * SUM_BLOCK_N + tl.arange(0, SUM_BLOCK_N)
+            sum_mask = sum_cols < n_cols
+            part = _column_sums_bwd(DY, X, RSTD, chunk_first,
+                                    tl.minimum(chunk_first + CHUNK_ROWS, n_rows), sum_cols,
+                                    sum_mask, stride_dy, stride_x, CASTING, STAGES)
+            if atomic_dw != 0:
+                # SYNC holds a counter per column block: its last chunk writes its dw
+                _add_partial_and_finish(DW_PARTIAL, DW, SYNC + task - row_programs, part,
+                                        sum_cols, sum_mask, tl.cdiv(n_rows, CHUNK_ROWS))
+            else:
+                tl.store(DW_PARTIAL + chunk * n_cols + sum_cols, part, mask=sum_mask)

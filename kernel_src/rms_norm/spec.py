@@ -45,23 +45,37 @@ def select_config(n_cols: int, residual: bool = False) -> Config:
 # from 1K columns. Whole rows up to 8K keep 3 row blocks' loads in flight (STAGES): on an
 # H200 that took 16384 x 4096 from 65% to 80% of copy, best with 2 programs per SM from 2K
 # columns and 4 below (benchmarks/pipeline_experiment.py, docs/perf-notes.md).
-# Looped rows read-modify-write the fp32 dw partial row in global memory once per column
-# block and step: 4 rows a step make that a quarter of the traffic of one row a step. [4, 1024]
-# on 8 warps is 16 elements a thread, 128 registers for sm90 without spills (2 programs an SM
-# fit); [4, 4096] would be 64 a thread.
-def _bwd(m, n, w, loop=False, stages=3, per_sm=2):
+# Looped rows (LOOP) come in two layouts. Persistent (CHUNK_ROWS 0): each program
+# read-modify-writes its fp32 dw partial row in global memory once per column block and step;
+# 4 rows a step make that a quarter of the traffic of one row a step ([4, 1024] on 8 warps is
+# 16 elements a thread, 128 registers for sm90 without spills). Interleaved (CHUNK_ROWS > 0,
+# PROGRAMS_PER_SM unused): chunks of CHUNK_ROWS rows, each with row programs for dx and then
+# column programs of SUM_BLOCK_M x SUM_BLOCK_N tiles for dw that find the chunk in L2. An
+# H200 ran 2048 x 32768 in 0.154 ms (8 warps, 8192-column blocks, 3 stages, 64-row chunks)
+# against 0.213 for the best persistent config, and 1024 x 65536 in 0.170 against 0.234
+# (benchmarks/experiment_norm_bwd_split.py); the rule takes it for rows over 16K.
+SUM_BLOCK_M = 4
+SUM_BLOCK_N = 1024
+
+
+def _bwd(m, n, w, loop=False, stages=3, per_sm=2, chunk=0):
     return Config({"BLOCK_M": m, "BLOCK_N": n, "LOOP": loop, "STAGES": stages,
-                   "PROGRAMS_PER_SM": per_sm}, num_warps=w)
+                   "PROGRAMS_PER_SM": 0 if chunk else per_sm, "CHUNK_ROWS": chunk},
+                  num_warps=w)
 
 
 _BWD_WHOLE_ROW = tuple(_bwd(m, n, w, per_sm=4 if n <= 2048 else 2) for m, n, w in (
     (8, 128, 4), (4, 256, 4), (2, 512, 4), (1, 1024, 4), (1, 2048, 4), (1, 4096, 8),
     (1, 8192, 16)))
 _BWD_LOOPED = _bwd(4, 1024, 8, loop=True, stages=1)
-BWD_CONFIGS = _BWD_WHOLE_ROW + (_BWD_LOOPED,)
+_BWD_INTERLEAVED = _bwd(1, 8192, 8, loop=True, stages=3, chunk=64)
+BWD_CONFIGS = _BWD_WHOLE_ROW + (_BWD_LOOPED, _BWD_INTERLEAVED)
+INTERLEAVED_FROM = 16384  # rows longer than this take the interleaved layout by rule
 
 
 def select_bwd_config(n_cols: int, dres: bool = False) -> Config:
+    if n_cols > INTERLEAVED_FROM:
+        return _BWD_INTERLEAVED
     if dres and n_cols > RESIDUAL_MAX_WHOLE_ROW:
         return _BWD_LOOPED
     for config in _BWD_WHOLE_ROW:
@@ -97,9 +111,10 @@ BWD = KernelSpec(
             # gradient of the residual output added to dx (has_dres = 1), else a placeholder
             Param("DRES", "ptr"), Param("stride_dres", "i64", divisible=True),
             Param("has_dres", "i32"),
-            # atomic_dw = 1 (whole rows only): DW_PARTIAL is one zeroed fp32 row the programs
-            # add into, SYNC a zeroed counter, and the last program writes DW; else DW and
-            # SYNC are placeholders and DW_PARTIAL holds one partial row per program
+            # atomic_dw = 1 (whole rows, interleaved): DW_PARTIAL is one zeroed fp32 row the
+            # programs add into, SYNC a zeroed counter, and the last program writes DW; else
+            # DW and SYNC are placeholders and DW_PARTIAL holds one partial row per program
+            # (per chunk, interleaved)
             Param("DW", "ptr"), Param("SYNC", "ptr", dtype="i32"), Param("atomic_dw", "i32")),
     options={"CASTING": (0, 1, 2)},
     configs=BWD_CONFIGS, rule=select_bwd_config,

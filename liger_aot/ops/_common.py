@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import NamedTuple
 
 import torch
 
@@ -78,38 +79,66 @@ def persistent_grid(rows: int, device_index: int, per_sm: int = 4, split: int = 
     return (rows + rows_per_program - 1) // rows_per_program, rows_per_program
 
 
+class NormBackwardGrid(NamedTuple):
+    programs: int
+    rows_per_program: int
+    partial_rows: int  # rows of the fp32 partial buffers (deterministic weight gradients)
+    counters: int  # arrival counters of the atomic weight gradients
+
+
+def norm_backward_grid(rows: int, n: int, device_index: int, config,
+                       sum_block_n: int) -> NormBackwardGrid:
+    """The launch of a norm backward (rms_norm / layer_norm kernels.py). Persistent layouts:
+    about PROGRAMS_PER_SM programs per SM, each with a run of rows and a partial row of its
+    own; one arrival counter. Interleaved (CHUNK_ROWS > 0): per chunk of CHUNK_ROWS rows,
+    CHUNK_ROWS // BLOCK_M row programs and one column program per sum_block_n columns (the
+    family's SUM_BLOCK_N); a partial row per chunk, a counter per column block."""
+    chunk = config.constexprs["CHUNK_ROWS"]
+    if not chunk:
+        programs, rows_per_program = persistent_grid(rows, device_index,
+                                                     config.constexprs["PROGRAMS_PER_SM"])
+        return NormBackwardGrid(programs, rows_per_program, programs, 1)
+    chunks = (rows + chunk - 1) // chunk
+    column_blocks = (n + sum_block_n - 1) // sum_block_n
+    per_chunk = chunk // config.constexprs["BLOCK_M"] + column_blocks
+    return NormBackwardGrid(chunks * per_chunk, chunk, chunks, column_blocks)
+
+
 def atomic_weight_grad(config) -> bool:
     """Whether a norm backward with this config sums its weight (and bias) gradients with
     atomic adds in the kernel (rms_norm / layer_norm kernels.py: one launch instead of a
-    partial buffer, a reduction and a cast): whole-row configs only (looped rows keep a
-    private partial row each), and never in torch's deterministic mode, as the order of
-    those sums varies from run to run (PyTorch's own convention for atomic reductions)."""
-    return not config.constexprs["LOOP"] and not torch.are_deterministic_algorithms_enabled()
+    partial buffer, a reduction and a cast): whole-row and interleaved configs (the
+    persistent looped layout keeps a private partial row per program), and never in torch's
+    deterministic mode, as the order of those sums varies from run to run (PyTorch's own
+    convention for atomic reductions)."""
+    return (not config.constexprs["LOOP"] or config.constexprs["CHUNK_ROWS"] > 0) \
+        and not torch.are_deterministic_algorithms_enabled()
 
 
-def accumulators(count: int, n: int, device) -> tuple:
-    """`count` zeroed fp32 rows of n and a zeroed int32 counter, from one allocation (one
-    memset): ((rows...), counter). Each starts 16-byte aligned, so the kernel keeps its
-    aligned variant."""
+def accumulators(count: int, n: int, device, counters: int = 1) -> tuple:
+    """`count` zeroed fp32 rows of n and `counters` zeroed int32 counters, from one
+    allocation (one memset): ((rows...), counters). Each starts 16-byte aligned, so the
+    kernel keeps its aligned variant."""
     n_pad = (n + 3) // 4 * 4
-    buf = torch.zeros(count * n_pad + 4, dtype=torch.float32, device=device)
+    buf = torch.zeros(count * n_pad + (counters + 3) // 4 * 4, dtype=torch.float32,
+                      device=device)
     rows = tuple(buf[i * n_pad:i * n_pad + n] for i in range(count))
-    return rows, buf[count * n_pad:].view(torch.int32)
+    return rows, buf[count * n_pad:count * n_pad + counters].view(torch.int32)
 
 
-def weight_grad_buffers(config, rows: int, n: int, programs: int, count: int, dtype, device,
-                        placeholder: torch.Tensor) -> tuple:
+def weight_grad_buffers(config, rows: int, n: int, grid: NormBackwardGrid, count: int, dtype,
+                        device, placeholder: torch.Tensor) -> tuple:
     """A norm backward's buffers for its `count` column-sum gradients (dw, and db), as
     (sums, outputs, counter, atomic flag). Atomic (atomic_weight_grad, with something to
-    compute): zeroed fp32 rows and a counter (accumulators) that the kernel adds into, and the
-    (n,) outputs of `dtype` its last program writes. Else fp32 partial buffers of one row per
-    program, for the caller to sum; `placeholder` then stands in for the outputs and the
-    partials for the counter (neither is touched)."""
+    compute): zeroed fp32 rows and the grid's counters (accumulators) that the kernel adds
+    into, and the (n,) outputs of `dtype` its last programs write. Else fp32 partial buffers
+    of the grid's partial rows, for the caller to sum; `placeholder` then stands in for the
+    outputs and the partials for the counter (neither is touched)."""
     if rows and n and atomic_weight_grad(config):
-        sums, sync = accumulators(count, n, device)
+        sums, sync = accumulators(count, n, device, grid.counters)
         outputs = tuple(torch.empty(n, dtype=dtype, device=device) for _ in range(count))
         return sums, outputs, sync, 1
-    partials = tuple(torch.empty((programs, n), dtype=torch.float32, device=device)
+    partials = tuple(torch.empty((grid.partial_rows, n), dtype=torch.float32, device=device)
                      for _ in range(count))
     return partials, (placeholder,) * count, partials[0], 0
 

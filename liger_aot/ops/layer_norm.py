@@ -10,8 +10,8 @@ import torch
 from liger_aot.kernel_src.layer_norm import spec
 from liger_aot.runtime import Kernel
 
-from ._common import (block_grid, check_float, check_same_device, persistent_grid, row_stride,
-                      rows_view, weight_grad_buffers)
+from ._common import (block_grid, check_float, check_same_device, norm_backward_grid,
+                      row_stride, rows_view, weight_grad_buffers)
 
 _fwd = Kernel(spec.FWD)
 _bwd = Kernel(spec.BWD)
@@ -45,14 +45,13 @@ def layer_norm_backward(dy, x2, weight, mean, rstd, need_dw=True, need_db=True):
     dx = torch.empty((rows, n), dtype=x2.dtype, device=x2.device)
     device = x2.get_device()
     config = _bwd.select_config(device, n, dtype=x2.dtype)
-    programs, rows_per_program = persistent_grid(rows, device,
-                                                 config.constexprs["PROGRAMS_PER_SM"])
+    grid = norm_backward_grid(rows, n, device, config, spec.SUM_BLOCK_N)
     (dw_sum, db_sum), (dw, db), sync, atomic = weight_grad_buffers(
-        config, rows, n, programs, 2, x2.dtype, x2.device, dx)
+        config, rows, n, grid, 2, x2.dtype, x2.device, dx)
     if rows and n:
-        _bwd.launch((programs,), dx, dw_sum, db_sum, dy2, x2, weight, mean, rstd,
-                    rows, n, row_stride(dx), row_stride(dy2), row_stride(x2), rows_per_program,
-                    dw, db, sync, atomic, dtype=x2.dtype, config=config)
+        _bwd.launch((grid.programs,), dx, dw_sum, db_sum, dy2, x2, weight, mean, rstd,
+                    rows, n, row_stride(dx), row_stride(dy2), row_stride(x2),
+                    grid.rows_per_program, dw, db, sync, atomic, dtype=x2.dtype, config=config)
     if not atomic:
         dw = dw_sum.sum(0).to(weight.dtype) if need_dw else None
         db = db_sum.sum(0).to(weight.dtype) if need_db else None

@@ -11,7 +11,7 @@ from liger_aot.kernel_src.rms_norm import spec
 from liger_aot.runtime import Kernel
 
 from ._common import (block_grid, check_float, check_same_device, check_same_dtype,
-                      check_same_shape, persistent_grid, row_stride, rows_view,
+                      check_same_shape, norm_backward_grid, row_stride, rows_view,
                       weight_grad_buffers)
 
 _fwd = Kernel(spec.FWD)
@@ -63,7 +63,8 @@ def _forward(x, weight, eps, offset, casting, residual=None):
 def _backward(dy, s2, weight, rstd, offset, casting, dres=None, in_place=False,
               need_dw=True):
     """Gradients of rmsnorm(s): (ds as rows [+ dres], dw or None). With in_place, ds is
-    written into dy's buffer when dy is a dense tensor of s's dtype not shared with dres."""
+    written into dy's buffer when dy is a dense tensor of s's dtype not shared with dres,
+    and the config is not interleaved (rows over 16K columns by the rule)."""
     rows, n = s2.shape
     dy2 = rows_view("grad_output", dy, n)
     if dy2.dtype != s2.dtype:
@@ -76,20 +77,21 @@ def _backward(dy, s2, weight, rstd, offset, casting, dres=None, in_place=False,
     else:
         dres2 = dy2  # placeholder, never read
     shared = has_dres and dres2.data_ptr() == dy2.data_ptr()
-    if in_place and dy2.is_contiguous() and not shared:
+    device = s2.get_device()
+    config = _bwd.select_config(device, n, has_dres, dtype=s2.dtype)
+    # the interleaved layout's column programs read dy after row programs wrote dx
+    interleaved = config.constexprs["CHUNK_ROWS"] > 0
+    if in_place and dy2.is_contiguous() and not shared and not interleaved:
         dx = dy2
     else:
         dx = torch.empty((rows, n), dtype=s2.dtype, device=s2.device)
-    device = s2.get_device()
-    config = _bwd.select_config(device, n, has_dres, dtype=s2.dtype)
-    programs, rows_per_program = persistent_grid(rows, device,
-                                                 config.constexprs["PROGRAMS_PER_SM"])
-    (dw_sum,), (dw,), sync, atomic = weight_grad_buffers(config, rows, n, programs, 1,
+    grid = norm_backward_grid(rows, n, device, config, spec.SUM_BLOCK_N)
+    (dw_sum,), (dw,), sync, atomic = weight_grad_buffers(config, rows, n, grid, 1,
                                                          s2.dtype, s2.device, dx)
     if rows and n:
-        _bwd.launch((programs,), dx, dw_sum, dy2, s2, weight, rstd, rows, n,
+        _bwd.launch((grid.programs,), dx, dw_sum, dy2, s2, weight, rstd, rows, n,
                     row_stride(dx), row_stride(dy2), row_stride(s2), float(offset),
-                    rows_per_program, dres2, row_stride(dres2), int(has_dres), dw, sync,
+                    grid.rows_per_program, dres2, row_stride(dres2), int(has_dres), dw, sync,
                     atomic, dtype=s2.dtype, config=config, options=(("CASTING", casting),))
     elif has_dres:
         dx.copy_(dres2)
@@ -267,7 +269,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, offset: f
     the module LigerRMSNorm): it overwrites a gradient tensor the caller passed to backward,
     and it is wrong when y's gradient is shared with another consumer, e.g. when y is added to
     a residual (`h = r + rms_norm(x)`: autograd hands the same gradient tensor to both
-    branches). Eager only; torch.compile never writes in place."""
+    branches). Eager only; torch.compile never writes in place, nor does the backward of
+    rows over 16K columns (its interleaved layout reads the gradient after writing dx)."""
     weight = _check_weight(x, weight)
     casting = _casting(casting_mode)
     if torch.compiler.is_compiling():

@@ -26,6 +26,11 @@ SUM_BLOCK_N = tl.constexpr(spec.SUM_BLOCK_N)
 
 
 @triton.jit
+def _add_pairs(a1, a2, b1, b2):
+    return a1 + b1, a2 + b2
+
+
+@triton.jit
 def _looped_normalize(x_row, y_row, Y, W, B, row_mask, cols, n_cols, mean, rstd,
                       BLOCK_N: tl.constexpr, STAGES: tl.constexpr, BIAS: tl.constexpr):
     """Pass 2 of the looped forward: y = (x - mean) * rstd * w (+ b when BIAS), x re-read
@@ -39,10 +44,69 @@ def _looped_normalize(x_row, y_row, Y, W, B, row_mask, cols, n_cols, mean, rstd,
         x = tl.load(x_row + c, mask=mask, other=0.0, eviction_policy="evict_first"
                     ).to(tl.float32)
         w = tl.load(W + c1, mask=c1 < n_cols, other=0.0).to(tl.float32)
-        y = (x - mean[:, None]) * rstd[:, None] * w[None, :]
+        y = (x - mean) * rstd * w[None, :]
         if BIAS:
             y += tl.load(B + c1, mask=c1 < n_cols, other=0.0).to(tl.float32)[None, :]
         tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _fwd_block(block, Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y, stride_x, eps,
+               has_bias, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LOOP: tl.constexpr,
+               STAGES: tl.constexpr):
+    """The forward of row block `block` (BLOCK_M rows)."""
+    cols = tl.arange(0, BLOCK_N)
+    # block * BLOCK_M < n_rows fits int32; rows in int64 for the address arithmetic
+    rows = tl.arange(0, BLOCK_M).to(tl.int64) + block * BLOCK_M
+    row_mask = rows < n_rows
+    x_row = X + rows[:, None] * stride_x
+    y_row = Y + rows[:, None] * stride_y
+    # mean and rstd stay [BLOCK_M, 1] columns, in the layout the row sums come in
+    if not LOOP:
+        c = cols[None, :]
+        mask = row_mask[:, None] & (c < n_cols)
+        x = tl.load(x_row + c, mask=mask, other=0.0).to(tl.float32)
+        mean = tl.sum(x, axis=1, keep_dims=True) / n_cols
+        xc = tl.where(mask, x - mean, 0.0)
+        rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1, keep_dims=True) / n_cols + eps)
+        w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        y = xc * rstd * w[None, :]
+        if has_bias != 0:
+            y += tl.load(B + cols, mask=cols < n_cols, other=0.0).to(tl.float32)[None, :]
+        tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
+    else:
+        shift = tl.load(x_row, mask=row_mask[:, None], other=0.0).to(tl.float32)
+        # pass 1 keeps the row in L2 for pass 2 (evict_last), which drops it once read
+        # (evict_first): see the RMSNorm family's looped forward
+        acc1 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        acc2 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for start in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
+            c = (start + cols)[None, :]
+            mask = row_mask[:, None] & (c < n_cols)
+            x = tl.load(x_row + c, mask=mask, other=0.0, eviction_policy="evict_last"
+                        ).to(tl.float32)
+            xs = tl.where(mask, x - shift, 0.0)
+            acc1 += xs
+            acc2 += xs * xs
+        # both sums in one reduction: one shared-memory round trip, not two
+        sum1, sum2 = tl.reduce((acc1, acc2), 1, _add_pairs, keep_dims=True)
+        m1 = sum1 / n_cols
+        var = tl.maximum(sum2 / n_cols - m1 * m1, 0.0)
+        mean = shift + m1
+        rstd = 1.0 / tl.sqrt(var + eps)
+        if has_bias != 0:
+            _looped_normalize(x_row, y_row, Y, W, B, row_mask, cols, n_cols, mean, rstd,
+                              BLOCK_N, STAGES, True)
+        else:
+            _looped_normalize(x_row, y_row, Y, W, B, row_mask, cols, n_cols, mean, rstd,
+                              BLOCK_N, STAGES, False)
+    if BLOCK_M == 1:
+        # scalar stores: a [1] store converts its value through shared memory first
+        tl.store(MEAN + block, tl.sum(tl.sum(mean, axis=1), axis=0))
+        tl.store(RSTD + block, tl.sum(tl.sum(rstd, axis=1), axis=0))
+    else:
+        tl.store(MEAN + rows[:, None], mean, mask=row_mask[:, None])
+        tl.store(RSTD + rows[:, None], rstd, mask=row_mask[:, None])
 
 
 @triton.jit
@@ -52,53 +116,17 @@ def layer_norm_fwd(Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y, stride_x, e
     """Programs stride over blocks of BLOCK_M rows (PROGRAMS_PER_SM, read by the op: 0 one
     program per block, k > 0 about k per SM); STAGES blocks' loads in flight (whole rows) or
     column blocks' (looped rows)."""
-    cols = tl.arange(0, BLOCK_N)
-    n_blocks = tl.cdiv(n_rows, BLOCK_M)
-    for block in tl.range(tl.program_id(0), n_blocks, tl.num_programs(0),
-                          num_stages=1 if LOOP else STAGES):
-        # block * BLOCK_M < n_rows fits int32; rows in int64 for the address arithmetic
-        rows = tl.arange(0, BLOCK_M).to(tl.int64) + block * BLOCK_M
-        row_mask = rows < n_rows
-        x_row = X + rows[:, None] * stride_x
-        y_row = Y + rows[:, None] * stride_y
-        if not LOOP:
-            c = cols[None, :]
-            mask = row_mask[:, None] & (c < n_cols)
-            x = tl.load(x_row + c, mask=mask, other=0.0).to(tl.float32)
-            mean = tl.sum(x, axis=1) / n_cols
-            xc = tl.where(mask, x - mean[:, None], 0.0)
-            rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
-            w = tl.load(W + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
-            y = xc * rstd[:, None] * w[None, :]
-            if has_bias != 0:
-                y += tl.load(B + cols, mask=cols < n_cols, other=0.0).to(tl.float32)[None, :]
-            tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
-        else:
-            shift = tl.load(X + rows * stride_x, mask=row_mask, other=0.0).to(tl.float32)
-            # pass 1 keeps the row in L2 for pass 2 (evict_last), which drops it once read
-            # (evict_first): see the RMSNorm family's looped forward
-            acc1 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-            acc2 = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-            for start in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
-                c = (start + cols)[None, :]
-                mask = row_mask[:, None] & (c < n_cols)
-                x = tl.load(x_row + c, mask=mask, other=0.0, eviction_policy="evict_last"
-                            ).to(tl.float32)
-                xs = tl.where(mask, x - shift[:, None], 0.0)
-                acc1 += xs
-                acc2 += xs * xs
-            m1 = tl.sum(acc1, axis=1) / n_cols
-            var = tl.maximum(tl.sum(acc2, axis=1) / n_cols - m1 * m1, 0.0)
-            mean = shift + m1
-            rstd = 1.0 / tl.sqrt(var + eps)
-            if has_bias != 0:
-                _looped_normalize(x_row, y_row, Y, W, B, row_mask, cols, n_cols, mean, rstd,
-                                  BLOCK_N, STAGES, True)
-            else:
-                _looped_normalize(x_row, y_row, Y, W, B, row_mask, cols, n_cols, mean, rstd,
-                                  BLOCK_N, STAGES, False)
-        tl.store(MEAN + rows, mean, mask=row_mask)
-        tl.store(RSTD + rows, rstd, mask=row_mask)
+    if LOOP and PROGRAMS_PER_SM == 0:
+        # Looped rows, one program per row: no block loop around them (see the RMSNorm
+        # family's forward; H200: 16K-64K 1-2 points of copy faster with the single
+        # reduction of pass 1)
+        _fwd_block(tl.program_id(0), Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y,
+                   stride_x, eps, has_bias, BLOCK_M, BLOCK_N, LOOP, STAGES)
+    else:
+        for block in tl.range(tl.program_id(0), tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0),
+                              num_stages=1 if LOOP else STAGES):
+            _fwd_block(block, Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y, stride_x, eps,
+                       has_bias, BLOCK_M, BLOCK_N, LOOP, STAGES)
 
 
 @triton.jit

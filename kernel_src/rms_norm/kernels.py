@@ -101,6 +101,43 @@ def _looped_rows(x_row, r_row, s_row, y_row, W, row_mask, cols, n_cols, eps, off
 
 
 @triton.jit
+def _fwd_block(block, Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, offset,
+               S, R, stride_s, stride_r, has_residual, CASTING: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LOOP: tl.constexpr,
+               STAGES: tl.constexpr):
+    """The forward of row block `block` (BLOCK_M rows)."""
+    cols = tl.arange(0, BLOCK_N)
+    # block * BLOCK_M < n_rows fits int32; rows in int64 for the address arithmetic
+    rows = tl.arange(0, BLOCK_M).to(tl.int64) + block * BLOCK_M
+    row_mask = rows < n_rows
+    x_row = X + rows[:, None] * stride_x
+    y_row = Y + rows[:, None] * stride_y
+    s_row = S + rows[:, None] * stride_s
+    r_row = R + rows[:, None] * stride_r
+    if not LOOP:
+        c = cols[None, :]
+        mask = row_mask[:, None] & (c < n_cols)
+        # the widest whole-row configs have no registers to spare: no residual path
+        # there (spec.select_config sends fused calls of longer rows to looped configs)
+        xf = _load_sum(x_row + c, r_row + c, s_row + c, mask, has_residual, True,
+                       BLOCK_N <= RESIDUAL_MAX_BLOCK_N, "")
+        rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, axis=1) / n_cols + eps)
+        w = tl.load(W + cols, mask=cols < n_cols, other=0.0)
+        y = _normalize(xf, w[None, :], rstd[:, None], offset, Y, CASTING)
+        tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
+    else:
+        # One pair of loops per value of the residual flag: a runtime branch inside a loop
+        # body kept ptxas from unrolling it (one load in flight a step; see the helper).
+        if has_residual != 0:
+            rstd = _looped_rows(x_row, r_row, s_row, y_row, W, row_mask, cols, n_cols,
+                                eps, offset, Y, CASTING, BLOCK_M, BLOCK_N, STAGES, True)
+        else:
+            rstd = _looped_rows(x_row, r_row, s_row, y_row, W, row_mask, cols, n_cols,
+                                eps, offset, Y, CASTING, BLOCK_M, BLOCK_N, STAGES, False)
+    tl.store(RSTD + rows, rstd, mask=row_mask)
+
+
+@triton.jit
 def rms_norm_fwd(Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, offset,
                  S, R, stride_s, stride_r, has_residual,
                  CASTING: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -108,38 +145,20 @@ def rms_norm_fwd(Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, offset,
     """Programs stride over blocks of BLOCK_M rows. PROGRAMS_PER_SM is read by the op only:
     0 launches one program per block, k > 0 about k per SM (persistent), whose block loop
     keeps STAGES blocks' loads in flight. Looped rows pipeline their column loops instead."""
-    cols = tl.arange(0, BLOCK_N)
-    n_blocks = tl.cdiv(n_rows, BLOCK_M)
-    for block in tl.range(tl.program_id(0), n_blocks, tl.num_programs(0),
-                          num_stages=1 if LOOP else STAGES):
-        # block * BLOCK_M < n_rows fits int32; rows in int64 for the address arithmetic
-        rows = tl.arange(0, BLOCK_M).to(tl.int64) + block * BLOCK_M
-        row_mask = rows < n_rows
-        x_row = X + rows[:, None] * stride_x
-        y_row = Y + rows[:, None] * stride_y
-        s_row = S + rows[:, None] * stride_s
-        r_row = R + rows[:, None] * stride_r
-        if not LOOP:
-            c = cols[None, :]
-            mask = row_mask[:, None] & (c < n_cols)
-            # the widest whole-row configs have no registers to spare: no residual path
-            # there (spec.select_config sends fused calls of longer rows to looped configs)
-            xf = _load_sum(x_row + c, r_row + c, s_row + c, mask, has_residual, True,
-                           BLOCK_N <= RESIDUAL_MAX_BLOCK_N, "")
-            rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, axis=1) / n_cols + eps)
-            w = tl.load(W + cols, mask=cols < n_cols, other=0.0)
-            y = _normalize(xf, w[None, :], rstd[:, None], offset, Y, CASTING)
-            tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
-        else:
-            # One pair of loops per value of the residual flag: a runtime branch inside a loop
-            # body kept ptxas from unrolling it (one load in flight a step; see the helper).
-            if has_residual != 0:
-                rstd = _looped_rows(x_row, r_row, s_row, y_row, W, row_mask, cols, n_cols,
-                                    eps, offset, Y, CASTING, BLOCK_M, BLOCK_N, STAGES, True)
-            else:
-                rstd = _looped_rows(x_row, r_row, s_row, y_row, W, row_mask, cols, n_cols,
-                                    eps, offset, Y, CASTING, BLOCK_M, BLOCK_N, STAGES, False)
-        tl.store(RSTD + rows, rstd, mask=row_mask)
+    if LOOP and PROGRAMS_PER_SM == 0:
+        # Looped rows, one program per row: no block loop around them. Inside a loop the
+        # row sum's shared-memory scratch takes one more barrier a row (sm90 SASS: 3 -> 2),
+        # and an H200 read 2048 x 32768 at 85% of copy without it, 83% with. Whole rows keep
+        # the loop: without it the 1K and 8K forwards lost 2-3 points.
+        _fwd_block(tl.program_id(0), Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps,
+                   offset, S, R, stride_s, stride_r, has_residual, CASTING, BLOCK_M, BLOCK_N,
+                   LOOP, STAGES)
+    else:
+        for block in tl.range(tl.program_id(0), tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0),
+                              num_stages=1 if LOOP else STAGES):
+            _fwd_block(block, Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, offset,
+                       S, R, stride_s, stride_r, has_residual, CASTING, BLOCK_M, BLOCK_N,
+                       LOOP, STAGES)
 
 
 @triton.jit

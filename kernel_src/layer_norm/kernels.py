@@ -311,9 +311,10 @@ def layer_norm_bwd(DX, DW_PARTIAL, DB_PARTIAL, DY, X, W, MEAN, RSTD, n_rows, n_c
         # programs.
         row_programs: tl.constexpr = CHUNK_ROWS // BLOCK_M
         column_programs = tl.cdiv(n_cols, SUM_BLOCK_N)
-        chunk = pid // (row_programs + column_programs)
+        # int64: the partial rows' offsets (chunk * n_cols) can pass 2^31
+        chunk = (pid // (row_programs + column_programs)).to(tl.int64)
         task = pid % (row_programs + column_programs)
-        chunk_first = chunk.to(tl.int64) * CHUNK_ROWS
+        chunk_first = chunk * CHUNK_ROWS
         if task < row_programs:
             rows = chunk_first + task * BLOCK_M + tl.arange(0, BLOCK_M)
             _looped_rows_bwd(DX, dw_row, db_row, DY, X, W, MEAN, RSTD, rows, rows < n_rows,

@@ -76,10 +76,10 @@ BWD = KernelSpec(
             Param("n_rows", "i32"), Param("n_cols", "i32", divisible=True),
             Param("stride_dx", "i64", divisible=True), Param("stride_dy", "i64", divisible=True),
             Param("stride_x", "i64", divisible=True), Param("rows_per_program", "i32"),
-            # atomic_dw = 1 (whole rows, interleaved): DW_PARTIAL and DB_PARTIAL are zeroed fp32 rows
-            # the programs add into, SYNC a zeroed counter, and the last program writes DW and
-            # DB; else those are placeholders and the partials hold one row per program (per
-            # chunk, interleaved)
+            # atomic_dw = 1 (whole rows, interleaved): DW_PARTIAL and DB_PARTIAL are zeroed
+            # fp32 rows the programs add into, SYNC zeroed counters, and the last program
+            # (per column block, interleaved) writes DW and DB; else those are placeholders
+            # and the partials hold one row per program (per chunk, interleaved)
             Param("DW", "ptr"), Param("DB", "ptr"), Param("SYNC", "ptr", dtype="i32"),
             Param("atomic_dw", "i32")),
     configs=BWD_CONFIGS, rule=select_bwd_config,

@@ -268,20 +268,19 @@ def rms_norm_bwd(DX, DW_PARTIAL, DY, X, W, RSTD, n_rows, n_cols, stride_dx, stri
     """dx = rstd * (dy*w' - xhat * mean(dy*w'*xhat)) [+ dres], w' = offset + w.
     Each program owns rows_per_program consecutive rows and sums dw = sum(dy * xhat) over
     them in fp32. It writes that partial to DW_PARTIAL[pid, :] for the host to sum
-    (deterministic); or, with atomic_dw (whole rows, interleaved), adds it into the zeroed fp32 row
-    DW_PARTIAL[0, :], and the last program to finish writes the total to DW in DX's dtype
-    (see _add_partial_and_finish). The op launches about PROGRAMS_PER_SM programs per SM;
-    STAGES row blocks' (whole rows) or column blocks' (looped rows) loads are in flight per
-    program.
+    (deterministic); or, with atomic_dw (whole rows, interleaved), adds it into the zeroed
+    fp32 row DW_PARTIAL[0, :], and the last program to finish writes the total to DW in DX's
+    dtype (see _add_partial_and_finish). The op launches about PROGRAMS_PER_SM programs per
+    SM; STAGES row blocks' (whole rows) or column blocks' (looped rows) loads are in flight
+    per program.
     Interleaved (looped rows, CHUNK_ROWS > 0): the grid walks chunks of CHUNK_ROWS rows; a
     chunk's row programs (BLOCK_M rows each) write its dx, then its column programs
     (SUM_BLOCK_N columns each) sum its dw, each into DW_PARTIAL[chunk, :] (deterministic) or
     with atomic_dw into the zeroed row as above, SYNC then holding a counter per column
-    block. Programs start about in grid order, so the
-    column programs read the chunk's x and dy while L2 still holds them, and no program
-    read-modify-writes a partial row per column block (H200, 2048 x 32768: 0.213 -> 0.154
-    ms against the persistent looped layout; benchmarks/experiment_norm_bwd_split.py).
-    rows_per_program is unused there."""
+    block. Programs start about in grid order, so the column programs read the chunk's x and
+    dy while L2 still holds them, and no program read-modify-writes a partial row per column
+    block (H200, 2048 x 32768: 0.213 -> 0.154 ms against the persistent looped layout;
+    benchmarks/experiment_norm_bwd_split.py). rows_per_program is unused there."""
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     # Whole rows of 16K elements and more read x and dy twice, the second time from cache,
@@ -352,9 +351,10 @@ def rms_norm_bwd(DX, DW_PARTIAL, DY, X, W, RSTD, n_rows, n_cols, stride_dx, stri
         # programs.
         row_programs: tl.constexpr = CHUNK_ROWS // BLOCK_M
         column_programs = tl.cdiv(n_cols, SUM_BLOCK_N)
-        chunk = pid // (row_programs + column_programs)
+        # int64: the partial rows' offsets (chunk * n_cols) can pass 2^31
+        chunk = (pid // (row_programs + column_programs)).to(tl.int64)
         task = pid % (row_programs + column_programs)
-        chunk_first = chunk.to(tl.int64) * CHUNK_ROWS
+        chunk_first = chunk * CHUNK_ROWS
         if task < row_programs:
             rows = chunk_first + task * BLOCK_M + tl.arange(0, BLOCK_M)
             _looped_rows_bwd(DX, dw_row, DY, X, W, RSTD, DRES, rows, rows < n_rows, cols,

@@ -112,9 +112,9 @@ BWD = KernelSpec(
             Param("DRES", "ptr"), Param("stride_dres", "i64", divisible=True),
             Param("has_dres", "i32"),
             # atomic_dw = 1 (whole rows, interleaved): DW_PARTIAL is one zeroed fp32 row the
-            # programs add into, SYNC a zeroed counter, and the last program writes DW; else
-            # DW and SYNC are placeholders and DW_PARTIAL holds one partial row per program
-            # (per chunk, interleaved)
+            # programs add into, SYNC zeroed counters, and the last program (per column
+            # block, interleaved) writes DW; else DW and SYNC are placeholders and DW_PARTIAL
+            # holds one partial row per program (per chunk, interleaved)
             Param("DW", "ptr"), Param("SYNC", "ptr", dtype="i32"), Param("atomic_dw", "i32")),
     options={"CASTING": (0, 1, 2)},
     configs=BWD_CONFIGS, rule=select_bwd_config,

@@ -48,3 +48,18 @@ def rms_norm_backward_case(n_rows: int, n_cols: int, device: str = "cuda"):
     def error(dx, dw) -> float:
         return max(_rel(dx, ref_dx), _rel(dw, ref_dw))
     return x, dy, w, rstd, error
+
+
+def library_ms(spec_name: str, n: int, bucket: str):
+    """A norm spec's kernel at the tuner's unflagged shape of row length n, timed as
+    `liger-aot tune` times it (JIT of the shipped kernel; the sm90 table's config for
+    `bucket`, else the rule's): (ms or None, config tag, why it failed or None)."""
+    from build_tools import tune
+    from kernel_src.tuning import tuned_configs
+
+    case = tune.CASES[spec_name]
+    shape = next(s for s in case.shapes if s[1] == n and not tune._flag(s))
+    config = tuned_configs(case.spec, "sm90").get(bucket) or case.spec.rule(n, False)
+    (config, ms, why), = tune.measure(case, shape, [config], "cuda", tune.do_bench_median,
+                                      torch.bfloat16)
+    return ms, config.tag, why

@@ -49,7 +49,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from _gpu import copy_bandwidth, rms_norm_backward_case  # noqa: E402
+from _gpu import copy_bandwidth, library_ms, rms_norm_backward_case  # noqa: E402
 
 
 @triton.jit
@@ -315,20 +315,6 @@ def split_backward(x, dy, w, rstd, dot_block, block_m, block_n, warps, groups, s
     return dx, dw, run
 
 
-def library_ms(n):
-    """The library's backward at (rows, n) as the tuner times it: (ms, config tag)."""
-    from build_tools import tune
-    from kernel_src.tuning import tuned_configs
-
-    case = tune.CASES["rms_norm_bwd"]
-    shape = next(s for s in case.shapes if s[1] == n and not tune._flag(s))
-    config = tuned_configs(case.spec, "sm90").get(f"n_cols={n},dres=False") \
-        or case.spec.rule(n, False)
-    (config, ms, why), = tune.measure(case, shape, [config], "cuda", tune.do_bench_median,
-                                      torch.bfloat16)
-    return ms, config.tag, why
-
-
 def split_variants(smoke, sms, n_cols):
     if smoke:
         yield dict(dot_block=64, block_m=1, block_n=32, warps=1, groups=3, stages=1)
@@ -394,7 +380,7 @@ def main():
         x, dy, w, rstd, error = rms_norm_backward_case(n_rows, n_cols, device)
         floor_ms = 6 * n_rows * n_cols / copy_tbps / 1e9
         if not args.smoke:
-            ms, tag, why = library_ms(n_cols)
+            ms, tag, why = library_ms("rms_norm_bwd", n_cols, f"n_cols={n_cols},dres=False")
             print(f"{n_rows}x{n_cols} library {tag}: "
                   + (f"{ms:.4f} ms {floor_ms / ms:.0%}" if ms else f"failed: {why}"), flush=True)
             rows.append(dict(shape=f"{n_rows}x{n_cols}", kernel="library", config=tag, ms=ms,

@@ -41,7 +41,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from _gpu import copy_bandwidth  # noqa: E402
+from _gpu import copy_bandwidth, library_ms  # noqa: E402
 from experiment_forward_unroll import looped_rms_fwd  # noqa: E402
 
 EPS = 1e-6
@@ -106,20 +106,6 @@ def minimal(x, w, block_n, warps):
     return run(), run
 
 
-def library_ms(n):
-    """The library's forward at (rows, n) as the tuner times it: (ms, config tag, why)."""
-    from build_tools import tune
-    from kernel_src.tuning import tuned_configs
-
-    case = tune.CASES["rms_norm_fwd"]
-    shape = next(s for s in case.shapes if s[1] == n and not tune._flag(s))
-    config = tuned_configs(case.spec, "sm90").get(f"n_cols={n},residual=False") \
-        or case.spec.rule(n, False)
-    (config, ms, why), = tune.measure(case, shape, [config], "cuda", tune.do_bench_median,
-                                      torch.bfloat16)
-    return ms, config.tag, why
-
-
 def variants(smoke):
     if smoke:
         yield dict(block_n=64, warps=1, per_sm=1, stages=1)
@@ -167,7 +153,7 @@ def main():
             report(kind, desc, ms, err)
 
         if not args.smoke:
-            ms, tag, why = library_ms(n_cols)
+            ms, tag, why = library_ms("rms_norm_fwd", n_cols, f"n_cols={n_cols},residual=False")
             report("library", tag if ms else f"{tag} failed: {why}", ms or float("nan"))
             timed("minimal", "block_n=8192 warps=32", *minimal(x, w, 8192, 32))
         for cfg in variants(args.smoke):

@@ -101,12 +101,11 @@ def _looped_rows(x_row, r_row, s_row, y_row, W, row_mask, cols, n_cols, eps, off
 
 
 @triton.jit
-def _fwd_block(block, Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, offset,
+def _fwd_block(block, cols, Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, offset,
                S, R, stride_s, stride_r, has_residual, CASTING: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LOOP: tl.constexpr,
                STAGES: tl.constexpr):
-    """The forward of row block `block` (BLOCK_M rows)."""
-    cols = tl.arange(0, BLOCK_N)
+    """The forward of row block `block` (BLOCK_M rows); cols = tl.arange(0, BLOCK_N)."""
     # block * BLOCK_M < n_rows fits int32; rows in int64 for the address arithmetic
     rows = tl.arange(0, BLOCK_M).to(tl.int64) + block * BLOCK_M
     row_mask = rows < n_rows
@@ -145,20 +144,24 @@ def rms_norm_fwd(Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, offset,
     """Programs stride over blocks of BLOCK_M rows. PROGRAMS_PER_SM is read by the op only:
     0 launches one program per block, k > 0 about k per SM (persistent), whose block loop
     keeps STAGES blocks' loads in flight. Looped rows pipeline their column loops instead."""
+    # cols and n_blocks outside the block loop, as before it moved into _fwd_block: the
+    # whole-row tiles of several rows keep their sm90 machine code that way
+    cols = tl.arange(0, BLOCK_N)
     if LOOP and PROGRAMS_PER_SM == 0:
         # Looped rows, one program per row: no block loop around them. Inside a loop the
         # row sum's shared-memory scratch takes one more barrier a row (sm90 SASS: 3 -> 2),
         # and an H200 read 2048 x 32768 at 85% of copy without it, 83% with. Whole rows keep
         # the loop: without it the 1K and 8K forwards lost 2-3 points.
-        _fwd_block(tl.program_id(0), Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps,
-                   offset, S, R, stride_s, stride_r, has_residual, CASTING, BLOCK_M, BLOCK_N,
-                   LOOP, STAGES)
+        _fwd_block(tl.program_id(0), cols, Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x,
+                   eps, offset, S, R, stride_s, stride_r, has_residual, CASTING, BLOCK_M,
+                   BLOCK_N, LOOP, STAGES)
     else:
-        for block in tl.range(tl.program_id(0), tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0),
+        n_blocks = tl.cdiv(n_rows, BLOCK_M)
+        for block in tl.range(tl.program_id(0), n_blocks, tl.num_programs(0),
                               num_stages=1 if LOOP else STAGES):
-            _fwd_block(block, Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, offset,
-                       S, R, stride_s, stride_r, has_residual, CASTING, BLOCK_M, BLOCK_N,
-                       LOOP, STAGES)
+            _fwd_block(block, cols, Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps,
+                       offset, S, R, stride_s, stride_r, has_residual, CASTING, BLOCK_M,
+                       BLOCK_N, LOOP, STAGES)
 
 
 @triton.jit

@@ -1,4 +1,7 @@
 """Shared by the GPU sweep scripts (kernels.py has its own, device-agnostic version)."""
+import csv
+import os
+
 import torch
 
 
@@ -63,3 +66,15 @@ def library_ms(spec_name: str, n: int, bucket: str):
     (config, ms, why), = tune.measure(case, shape, [config], "cuda", tune.do_bench_median,
                                       torch.bfloat16)
     return ms, config.tag, why
+
+
+def write_rows(out_dir: str, name: str, rows: list) -> str:
+    """rows (dicts with the first one's keys) as the CSV file `name` in out_dir (created if
+    need be); returns its path."""
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, name)
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path

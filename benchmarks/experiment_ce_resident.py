@@ -29,7 +29,6 @@ rows in flight cannot shrink to fit L2 without losing bandwidth. Not adopted.
   python benchmarks/experiment_ce_resident.py --smoke   # CPU, interpreter: checks only
 """
 import argparse
-import csv
 import os
 import sys
 
@@ -41,7 +40,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from _gpu import copy_bandwidth, cross_entropy_case  # noqa: E402
+from _gpu import copy_bandwidth, cross_entropy_case, write_rows  # noqa: E402
 from kernel_src.cross_entropy.kernels import cross_entropy_fwd  # noqa: E402
 
 
@@ -280,14 +279,10 @@ def main():
                 print("  ^ WRONG RESULT", flush=True)
             rows.append(dict(kernel=kind, config=desc, grad=mode, ms=ms, err=err))
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        name = ("ce_resident_grid.csv" if args.grid_sweep else
-                "ce_resident_stages.csv" if args.stage_sweep else
-                f"ce_resident_configs_{vocab}.csv" if args.configs else "ce_resident.csv")
-        with open(os.path.join(args.out, name), "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        write_rows(args.out, "ce_resident_grid.csv" if args.grid_sweep else
+                   "ce_resident_stages.csv" if args.stage_sweep else
+                   f"ce_resident_configs_{vocab}.csv" if args.configs else "ce_resident.csv",
+                   rows)
 
 
 if __name__ == "__main__":

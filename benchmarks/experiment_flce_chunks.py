@@ -20,13 +20,12 @@ Triton's interpreter) it only runs the logic, with wall-clock timings.
   python benchmarks/experiment_flce_chunks.py --out DIR
 """
 import argparse
-import csv
-import os
 import subprocess
 import threading
 
 import torch
 
+from _gpu import write_rows
 from kernels import Bench
 from liger_aot.ops.fused_linear_cross_entropy import fused_linear_cross_entropy
 
@@ -145,13 +144,7 @@ def main():
                   f"{row['fwdbwd_ms']:8.3f} {row['fwdbwd_ms'] - row['fwd_grad_ms']:7.3f} "
                   f"{row['fwd_grad_mhz']:10.0f} {row['fwdbwd_mhz']:8.0f} {row['fwd_grad_w']:8.0f} "
                   f"{row['fwdbwd_w']:7.0f} {peak:8.2f}", flush=True)
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, "flce_chunks.csv")
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    print(f"wrote {path}")
+    print(f"wrote {write_rows(args.out, 'flce_chunks.csv', rows)}")
 
 
 if __name__ == "__main__":

@@ -37,7 +37,6 @@ GPU (--smoke: tiny shapes in Triton's interpreter, checks only).
   python benchmarks/experiment_norm_bwd_split.py --smoke
 """
 import argparse
-import csv
 import os
 import sys
 
@@ -49,7 +48,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from _gpu import copy_bandwidth, library_ms, rms_norm_backward_case  # noqa: E402
+from _gpu import copy_bandwidth, library_ms, rms_norm_backward_case, write_rows  # noqa: E402
 
 
 @triton.jit
@@ -399,11 +398,7 @@ def main():
                 rows.append(dict(shape=f"{n_rows}x{n_cols}", kernel=kind, config=desc, ms=ms,
                                  err=err))
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "norm_bwd_split.csv"), "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        write_rows(args.out, "norm_bwd_split.csv", rows)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ torch first (y), timed with triton.testing.do_bench (median). JIT; needs a CUDA 
   python benchmarks/experiment_norm_fwd_skewed.py --smoke
 """
 import argparse
-import csv
 import os
 import sys
 
@@ -41,7 +40,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from _gpu import copy_bandwidth, library_ms  # noqa: E402
+from _gpu import copy_bandwidth, library_ms, write_rows  # noqa: E402
 from experiment_forward_unroll import looped_rms_fwd  # noqa: E402
 
 EPS = 1e-6
@@ -160,11 +159,7 @@ def main():
             timed("skewed", " ".join(f"{k}={v}" for k, v in cfg.items()),
                   *skewed(x, w, sms=sms, **cfg))
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "norm_fwd_skewed.csv"), "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        write_rows(args.out, "norm_fwd_skewed.csv", rows)
 
 
 if __name__ == "__main__":

@@ -217,17 +217,14 @@ def norm_backward_buffers(t, config, sum_block_n):
     chunk, interleaved), kept per row count (the check sums them)."""
     x = t["dy"]
     rows, n = x.shape
-    grid = norm_backward_grid(rows, n, x.get_device(), config, sum_block_n)
-    t["programs"], t["rows_per_program"], t["counters"] = \
-        grid.programs, grid.rows_per_program, grid.counters
-    partial_rows = grid.partial_rows
+    t["grid"] = grid = norm_backward_grid(rows, n, x.get_device(), config, sum_block_n)
     t["atomic"] = atomic_weight_grad(config)
     kept = t.setdefault("partials", {})
     for name in ("dw", "db"):
         if name + "_ref" in t:
-            key = (name, 0 if t["atomic"] else partial_rows)
+            key = (name, 0 if t["atomic"] else grid.partial_rows)
             if key not in kept:
-                shape = (n,) if t["atomic"] else (partial_rows, n)
+                shape = (n,) if t["atomic"] else (grid.partial_rows, n)
                 kept[key] = torch.empty(shape, device=x.device,
                                         dtype=x.dtype if t["atomic"] else torch.float32)
             t[name] = kept[key]
@@ -239,7 +236,8 @@ def _weight_grad_args(t, names):
     (its memset is part of what is timed, as in the op), else the partial buffers with the
     outputs and counter as placeholders."""
     if t["atomic"]:
-        sums, sync = accumulators(len(names), t["dy"].shape[1], t["dy"].device, t["counters"])
+        sums, sync = accumulators(len(names), t["dy"].shape[1], t["dy"].device,
+                                  t["grid"].counters)
         return sums, tuple(t[name] for name in names), sync, 1
     partials = tuple(t[name] for name in names)
     return partials, (t["dx"],) * len(names), partials[0], 0
@@ -290,9 +288,9 @@ def rms_norm_bwd(fn, t, config):
     s, rows, n = t["s_in"], *t["s_in"].shape
     dres = t.get("dres", t["dy"])
     (dw_sum,), (dw,), sync, atomic = _weight_grad_args(t, ("dw",))
-    _run(fn, (t["programs"],),
+    _run(fn, (t["grid"].programs,),
          (t["dx"], dw_sum, t["dy"], s, t["w"], t["rstd_ref"], rows, n, n, n, n, 0.0,
-          t["rows_per_program"], dres, n, int("dres" in t), dw, sync, atomic),
+          t["grid"].rows_per_program, dres, n, int("dres" in t), dw, sync, atomic),
          config, CASTING=0)
 
 
@@ -305,9 +303,9 @@ def layer_norm_fwd(fn, t, config):
 def layer_norm_bwd(fn, t, config):
     x, rows, n = t["x"], *t["x"].shape
     (dw_sum, db_sum), (dw, db), sync, atomic = _weight_grad_args(t, ("dw", "db"))
-    _run(fn, (t["programs"],),
+    _run(fn, (t["grid"].programs,),
          (t["dx"], dw_sum, db_sum, t["dy"], x, t["w"], t["mean_ref"], t["rstd_ref"], rows, n,
-          n, n, n, t["rows_per_program"], dw, db, sync, atomic), config)
+          n, n, n, t["grid"].rows_per_program, dw, db, sync, atomic), config)
 
 
 def glu_fwd(fn, t, config):

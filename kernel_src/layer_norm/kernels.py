@@ -192,7 +192,9 @@ def _looped_rows_bwd(DX, dw_row, db_row, DY, X, W, MEAN, RSTD, rows, live, cols,
         dy = tl.load(dy_rows + c, mask=mask, other=0.0).to(tl.float32)
         xhat = (x - mean) * rstd
         dx = rstd * (dy * w - c2 - xhat * c1)
-        tl.store(DX + rows[:, None] * stride_dx + c, dx.to(DX.dtype.element_ty), mask=mask)
+        # dx evict_first: L2 is for x and dy (see the RMSNorm family's _looped_rows_bwd)
+        tl.store(DX + rows[:, None] * stride_dx + c, dx.to(DX.dtype.element_ty), mask=mask,
+                 eviction_policy="evict_first")
         if ADD_DW:
             # dead rows and columns loaded dy = 0: they add nothing to the column sums
             dw = tl.load(dw_row + c, mask=col_mask, other=0.0)

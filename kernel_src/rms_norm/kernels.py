@@ -53,18 +53,19 @@ def _normalize(xf, w, rstd, offset, Y, CASTING: tl.constexpr):
 
 @triton.jit
 def _load_sum(x_ptrs, r_ptrs, s_ptrs, mask, has_residual, STORE: tl.constexpr,
-              RESIDUAL: tl.constexpr, EVICT: tl.constexpr):
+              RESIDUAL: tl.constexpr, EVICT: tl.constexpr, STORE_EVICT: tl.constexpr):
     """x as fp32; with has_residual, s = x + r rounded to the data dtype (and stored to S
     when STORE). The branch merges values in the data dtype (half the registers of fp32 for
     bf16/fp16). RESIDUAL=False compiles the residual path out. Tensors of every pointer share
-    one layout. EVICT: the loads' L2 eviction policy ("" for the default)."""
+    one layout. EVICT: the loads' L2 eviction policy ("" for the default), STORE_EVICT the
+    store's."""
     x = tl.load(x_ptrs, mask=mask, other=0.0, eviction_policy=EVICT)
     if RESIDUAL:
         if has_residual != 0:
             r = tl.load(r_ptrs, mask=mask, other=0.0, eviction_policy=EVICT)
             x = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype)
             if STORE:
-                tl.store(s_ptrs, x, mask=mask)
+                tl.store(s_ptrs, x, mask=mask, eviction_policy=STORE_EVICT)
     return x.to(tl.float32)
 
 
@@ -80,11 +81,17 @@ def _looped_rows(x_row, r_row, s_row, y_row, W, row_mask, cols, n_cols, eps, off
     Pass 2 re-reads the row: pass 1 asks L2 to keep it (evict_last) and pass 2 to drop it
     once read (evict_first), so rows still waiting for pass 2 stay cached (a minimal looped
     kernel went 59-62% -> 71-73% of copy at 32K-64K, benchmarks/experiment_norm_hints.py)."""
+    # With the residual, s and y are stored evict_first (not read again here), which leaves
+    # L2 to the rows pass 2 re-reads: H200, 1024 x 65536, 79 -> 82% of copy, DRAM reads
+    # 1.37 -> 1.25x of x and r. On the plain forward the same hint lost 1.5 points at 32K and
+    # won 2 at 64K (one config serves both), so it stays off there.
+    STORE_EVICT: tl.constexpr = "evict_first" if RESIDUAL else ""
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for start in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
         c = (start + cols)[None, :]
         mask = row_mask[:, None] & (c < n_cols)
-        xf = _load_sum(x_row + c, r_row + c, s_row + c, mask, 1, True, RESIDUAL, "evict_last")
+        xf = _load_sum(x_row + c, r_row + c, s_row + c, mask, 1, True, RESIDUAL, "evict_last",
+                       STORE_EVICT)
         acc += xf * xf
     rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=1) / n_cols + eps)
     for start in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
@@ -93,10 +100,10 @@ def _looped_rows(x_row, r_row, s_row, y_row, W, row_mask, cols, n_cols, eps, off
         mask = row_mask[:, None] & (c < n_cols)
         # recomputes s = x + r (same rounding) rather than reading S back
         xf = _load_sum(x_row + c, r_row + c, s_row + c, mask, 1, False, RESIDUAL,
-                       "evict_first")
+                       "evict_first", "")
         w = tl.load(W + c1, mask=c1 < n_cols, other=0.0)
         y = _normalize(xf, w[None, :], rstd[:, None], offset, Y, CASTING)
-        tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
+        tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask, eviction_policy=STORE_EVICT)
     return rstd
 
 
@@ -119,7 +126,7 @@ def _fwd_block(block, cols, Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, e
         # the widest whole-row configs have no registers to spare: no residual path
         # there (spec.select_config sends fused calls of longer rows to looped configs)
         xf = _load_sum(x_row + c, r_row + c, s_row + c, mask, has_residual, True,
-                       BLOCK_N <= RESIDUAL_MAX_BLOCK_N, "")
+                       BLOCK_N <= RESIDUAL_MAX_BLOCK_N, "", "")
         rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, axis=1) / n_cols + eps)
         w = tl.load(W + cols, mask=cols < n_cols, other=0.0)
         y = _normalize(xf, w[None, :], rstd[:, None], offset, Y, CASTING)
@@ -222,10 +229,14 @@ def _looped_rows_bwd(DX, dw_row, DY, X, W, RSTD, DRES, rows, live, cols, n_cols,
         xf = x.to(tl.float32)
         dyf = tl.load(dy_rows + c, mask=mask, other=0.0).to(tl.float32)
         dx = rstd * (dyf * w - xf * rstd * rstd * dot)
+        # dres and dx pass through L2 once: evict_first leaves it to x and dy, which the
+        # interleaved layout's column programs read again (H200, fused add 4096 x 16384: DRAM
+        # reads 1.20 -> 1.06x the floor, 67 -> 70% of copy)
         if has_dres != 0:
-            dx += tl.load(DRES + rows[:, None] * stride_dres + c, mask=mask,
-                          other=0.0).to(tl.float32)
-        tl.store(DX + rows[:, None] * stride_dx + c, dx.to(DX.dtype.element_ty), mask=mask)
+            dx += tl.load(DRES + rows[:, None] * stride_dres + c, mask=mask, other=0.0,
+                          eviction_policy="evict_first").to(tl.float32)
+        tl.store(DX + rows[:, None] * stride_dx + c, dx.to(DX.dtype.element_ty), mask=mask,
+                 eviction_policy="evict_first")
         if ADD_DW:
             if CASTING == 0:
                 xhat = (xf * rstd).to(x.dtype).to(tl.float32)

@@ -36,6 +36,16 @@ def cross_entropy_case(n_rows: int, vocab: int, device: str = "cuda"):
     return logits, target, error
 
 
+def cross_entropy_buffers(n_rows: int, vocab: int, device: str = "cuda"):
+    """cross_entropy_case's (logits, target, error), then what the experiments' kernels take:
+    SCALES for reduction "mean" ([1/n, 1/n, 0], fp32), an fp32 loss row, a gradient buffer
+    and a working copy of the logits (for in-place runs)."""
+    logits, target, error = cross_entropy_case(n_rows, vocab, device)
+    scales = torch.tensor([1.0 / n_rows, 1.0 / n_rows, 0.0], device=device)
+    loss = torch.empty(n_rows, device=device)
+    return logits, target, error, scales, loss, torch.empty_like(logits), logits.clone()
+
+
 def rms_norm_backward_case(n_rows: int, n_cols: int, device: str = "cuda"):
     """bf16 x, dy, w, fp32 rstd (eps 1e-6) and error(dx, dw): the larger relative error of
     the two gradients against torch autograd in fp32."""

@@ -40,7 +40,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from _gpu import copy_bandwidth, cross_entropy_case, write_rows  # noqa: E402
+from _gpu import copy_bandwidth, cross_entropy_buffers, write_rows  # noqa: E402
 from kernel_src.cross_entropy.kernels import cross_entropy_fwd  # noqa: E402
 
 
@@ -237,11 +237,8 @@ def main():
     torch.manual_seed(0)
     device = "cpu" if args.smoke else "cuda"
     n_rows, vocab = (5, 2000) if args.smoke else (args.rows, args.vocab)
-    logits, target, error = cross_entropy_case(n_rows, vocab, device)
-    scales = torch.tensor([1.0 / n_rows, 1.0 / n_rows, 0.0], device=device)
-    loss = torch.empty(n_rows, device=device)
-    grad = torch.empty_like(logits)
-    work = logits.clone()
+    logits, target, error, scales, loss, grad, work = cross_entropy_buffers(n_rows, vocab,
+                                                                           device)
     if args.smoke:
         copy_tbps = float("nan")
     else:

@@ -11,7 +11,8 @@ shipped kernels through Triton's JIT.
       gpu__time_duration.sum -k regex:"rms_norm|layer_norm" \\
       python benchmarks/norm_traffic.py [--specs rms_norm_fwd,...] [--ns 8192,...]
 
-Without a profiler it prints the cases and their floors only.
+Without a profiler it runs the same launches and prints each case's config and floor (a
+CUDA GPU either way).
 """
 import argparse
 import os
@@ -27,7 +28,8 @@ from kernel_src import tuning  # noqa: E402
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--specs", default="rms_norm_fwd,layer_norm_fwd,rms_norm_bwd,layer_norm_bwd")
+    p.add_argument("--specs", default="rms_norm_fwd,layer_norm_fwd,rms_norm_bwd,layer_norm_bwd",
+                   help="comma-separated norm specs of `liger-aot tune`")
     p.add_argument("--ns", default="8192,16384,32768,65536", help="row lengths (tuned shapes)")
     p.add_argument("--flags", action="store_true", help="also the flagged shapes (fused add)")
     args = p.parse_args()

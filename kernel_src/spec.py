@@ -142,16 +142,32 @@ class KernelSpec:
 _SOURCE_SHA: dict = {}
 
 
+# What a family's compiled code depends on: its Triton source, and its spec, from which the
+# source takes compile-time constants that the ops use too (e.g. the interleaved backwards'
+# SUM_BLOCK_N, which sizes their grids): an artifact built with another value must not load.
+SOURCE_FILES = ("kernels.py", "spec.py")
+
+
 def family_source_sha256(family: str) -> str:
-    """sha256 of an op family's Triton source file: part of every artifact key, and what the
-    runtime compares to refuse artifacts built from other kernel code. Read once per process."""
+    """sha256 of an op family's SOURCE_FILES: part of every artifact key, and what the runtime
+    compares to refuse artifacts built from other kernel code. Read once per process."""
     digest = _SOURCE_SHA.get(family)
     if digest is None:
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), family, "kernels.py")
-        with open(path, "rb") as f:
-            digest = hashlib.sha256(f.read()).hexdigest()
-        _SOURCE_SHA[family] = digest
+        digest = _SOURCE_SHA[family] = files_sha256(
+            os.path.join(os.path.dirname(os.path.abspath(__file__)), family))
     return digest
+
+
+def files_sha256(folder: str) -> str:
+    """sha256 over the SOURCE_FILES of `folder`, each as its name, its length and its bytes
+    (so no two different pairs of contents hash alike)."""
+    h = hashlib.sha256()
+    for name in SOURCE_FILES:
+        with open(os.path.join(folder, name), "rb") as f:
+            data = f.read()
+        h.update(f"{name}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
 
 
 def next_power_of_2(n: int) -> int:

@@ -18,7 +18,8 @@ import torch
 import liger_aot.runtime.driver as driver
 import liger_aot.runtime.registry as registry
 from liger_aot.kernel_src import FAMILIES, all_specs, family_spec_module
-from liger_aot.kernel_src.spec import ALIGN_CLASSES, KernelSpec
+from liger_aot.kernel_src.spec import (ALIGN_CLASSES, SOURCE_FILES, KernelSpec,
+                                      family_source_sha256, files_sha256)
 from liger_aot.runtime import Kernel
 from liger_aot.runtime.device import arch_for_capability, arch_for_gcn_name
 
@@ -283,6 +284,25 @@ def test_specs_are_well_formed():
         assert len({c.tag for c in spec.configs}) == len(spec.configs), spec.name
         assert spec.source_path().endswith(f"{spec.family}/kernels.py")
         assert Path(spec.source_path()).is_file()
+
+
+def test_source_hash_covers_kernels_and_spec(tmp_path):
+    # kernels.py takes compile-time constants from spec.py (rms_norm: SUM_BLOCK_N and the
+    # residual limits), so an edit to either must change the hash that keys the artifacts
+    for spec in SPECS:
+        folder = Path(spec.source_path()).parent
+        assert family_source_sha256(spec.family) == files_sha256(str(folder)), spec.family
+    folder = Path(SPECS[0].source_path()).parent
+    for name in SOURCE_FILES:
+        shutil.copy(folder / name, tmp_path / name)
+    before = files_sha256(str(tmp_path))
+    for name in SOURCE_FILES:
+        original = (tmp_path / name).read_bytes()
+        (tmp_path / name).write_bytes(original + b"\n")
+        assert files_sha256(str(tmp_path)) != before, name
+        (tmp_path / name).write_bytes(original)
+    assert files_sha256(str(tmp_path)) == before
+    assert set(SOURCE_FILES) == {"kernels.py", "spec.py"}
 
 
 SWEEP = range(1, 300_001)

@@ -14,6 +14,15 @@ def copy_bandwidth() -> float:
     return 2 * x.numel() / (do_bench(lambda: y.copy_(x), return_mode="median") * 1e-3)
 
 
+def row_length_sweep(smoke: bool, ns: str):
+    """(device, [(rows, n_cols), ...], copy TB/s) of an experiment over row lengths `ns`
+    (comma-separated) at 2^26 elements each; --smoke: CPU, one 7 x 200 shape, no copy
+    bandwidth (nan)."""
+    if smoke:
+        return "cpu", [(7, 200)], float("nan")
+    return "cuda", [(2**26 // n, n) for n in map(int, ns.split(","))], copy_bandwidth() / 1e12
+
+
 def _rel(out, ref) -> float:
     return ((out.float() - ref).norm() / ref.norm()).item()
 

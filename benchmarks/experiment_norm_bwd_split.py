@@ -48,7 +48,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from _gpu import copy_bandwidth, library_ms, rms_norm_backward_case, write_rows  # noqa: E402
+from _gpu import library_ms, rms_norm_backward_case, row_length_sweep, write_rows  # noqa: E402
 
 
 @triton.jit
@@ -98,6 +98,23 @@ def split_dx_dw(DX, DW_PARTIAL, X, DY, W, RSTD, K, n_rows, n_cols, stride, rows_
 
 
 @triton.jit
+def _row_dots(X, DY, W, base, live, n_cols, ROW_N: tl.constexpr, STAGES: tl.constexpr):
+    """sum(dy * w * x) of each row of a [ROW_M, 1] block (base: the rows' offsets), ROW_N
+    columns a step, loads kept in L2 for the reads that follow (evict_last)."""
+    acc = tl.zeros([base.shape[0], ROW_N], dtype=tl.float32)
+    for start in tl.range(0, n_cols, ROW_N, num_stages=STAGES):
+        c = start + tl.arange(0, ROW_N)
+        m = live[:, None] & (c < n_cols)[None, :]
+        x = tl.load(X + base + c[None, :], mask=m, other=0.0,
+                    eviction_policy="evict_last").to(tl.float32)
+        dy = tl.load(DY + base + c[None, :], mask=m, other=0.0,
+                     eviction_policy="evict_last").to(tl.float32)
+        w = tl.load(W + c, mask=c < n_cols, other=0.0).to(tl.float32)[None, :]
+        acc += dy * w * x
+    return tl.sum(acc, axis=1)
+
+
+@triton.jit
 def interleaved_bwd(DX, DW_ACC, X, DY, W, RSTD, n_rows, n_cols, stride, n_chunks,
                     CHUNK: tl.constexpr, LAG: tl.constexpr, ROW_M: tl.constexpr,
                     ROW_N: tl.constexpr, COL_M: tl.constexpr, COL_N: tl.constexpr,
@@ -122,17 +139,8 @@ def interleaved_bwd(DX, DW_ACC, X, DY, W, RSTD, n_rows, n_cols, stride, n_chunks
             live = rows < n_rows
             rstd = tl.load(RSTD + rows, mask=live, other=0.0)[:, None]
             base = rows[:, None] * stride
-            acc = tl.zeros([ROW_M, ROW_N], dtype=tl.float32)
-            for start in tl.range(0, n_cols, ROW_N, num_stages=STAGES):
-                c = start + tl.arange(0, ROW_N)
-                m = live[:, None] & (c < n_cols)[None, :]
-                x = tl.load(X + base + c[None, :], mask=m, other=0.0,
-                            eviction_policy="evict_last").to(tl.float32)
-                dy = tl.load(DY + base + c[None, :], mask=m, other=0.0,
-                             eviction_policy="evict_last").to(tl.float32)
-                w = tl.load(W + c, mask=c < n_cols, other=0.0).to(tl.float32)[None, :]
-                acc += dy * w * x
-            k = rstd * rstd * rstd * (tl.sum(acc, axis=1)[:, None] / n_cols)
+            dots = _row_dots(X, DY, W, base, live, n_cols, ROW_N, STAGES)
+            k = rstd * rstd * rstd * (dots[:, None] / n_cols)
             n_blocks = tl.cdiv(n_cols, ROW_N)
             for b in tl.range(0, n_blocks, num_stages=STAGES):
                 c = (n_blocks - 1 - b) * ROW_N + tl.arange(0, ROW_N)
@@ -206,18 +214,9 @@ def chained_bwd(DX, DW_ACC, K, COUNTERS, X, DY, W, RSTD, n_rows, n_cols, stride,
             rows = slot.to(tl.int64) * CHUNK + t * ROW_M + tl.arange(0, ROW_M)
             live = rows < n_rows
             base = rows[:, None] * stride
-            acc = tl.zeros([ROW_M, ROW_N], dtype=tl.float32)
-            for start in tl.range(0, n_cols, ROW_N, num_stages=STAGES):
-                c = start + tl.arange(0, ROW_N)
-                m = live[:, None] & (c < n_cols)[None, :]
-                x = tl.load(X + base + c[None, :], mask=m, other=0.0,
-                            eviction_policy="evict_last").to(tl.float32)
-                dy = tl.load(DY + base + c[None, :], mask=m, other=0.0,
-                             eviction_policy="evict_last").to(tl.float32)
-                w = tl.load(W + c, mask=c < n_cols, other=0.0).to(tl.float32)[None, :]
-                acc += dy * w * x
+            dots = _row_dots(X, DY, W, base, live, n_cols, ROW_N, STAGES)
             rstd = tl.load(RSTD + rows, mask=live, other=0.0)
-            tl.store(K + rows, rstd * rstd * rstd * (tl.sum(acc, axis=1) / n_cols), mask=live)
+            tl.store(K + rows, rstd * rstd * rstd * (dots / n_cols), mask=live)
             tl.debug_barrier()  # every thread's K stores come before the release below
             tl.atomic_add(COUNTERS + 1 + slot, 1, sem="release")
     else:
@@ -369,9 +368,7 @@ def main():
                    help="CPU, Triton's interpreter, tiny shapes: checks only, no timings")
     args = p.parse_args()
     torch.manual_seed(0)
-    device = "cpu" if args.smoke else "cuda"
-    shapes = [(7, 200)] if args.smoke else [(2**26 // n, n) for n in map(int, args.ns.split(","))]
-    copy_tbps = float("nan") if args.smoke else copy_bandwidth() / 1e12
+    device, shapes, copy_tbps = row_length_sweep(args.smoke, args.ns)
     sms = 0 if args.smoke else torch.cuda.get_device_properties(0).multi_processor_count
     print(f"copy {copy_tbps:.2f} TB/s; % of copy counts 6 bytes a column (x, dy read, dx written)")
     rows = []

@@ -40,7 +40,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from _gpu import copy_bandwidth, library_ms, write_rows  # noqa: E402
+from _gpu import library_ms, row_length_sweep, write_rows  # noqa: E402
 from experiment_forward_unroll import looped_rms_fwd  # noqa: E402
 
 EPS = 1e-6
@@ -125,9 +125,7 @@ def main():
                    help="CPU, Triton's interpreter, tiny shapes: checks only, no timings")
     args = p.parse_args()
     torch.manual_seed(0)
-    device = "cpu" if args.smoke else "cuda"
-    shapes = [(7, 200)] if args.smoke else [(2**26 // n, n) for n in map(int, args.ns.split(","))]
-    copy_tbps = float("nan") if args.smoke else copy_bandwidth() / 1e12
+    device, shapes, copy_tbps = row_length_sweep(args.smoke, args.ns)
     sms = 3 if args.smoke else torch.cuda.get_device_properties(0).multi_processor_count
     print(f"copy {copy_tbps:.2f} TB/s; % of copy counts 4 bytes a column (x read, y written)")
     rows = []

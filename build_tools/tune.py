@@ -135,6 +135,9 @@ def backward_launches(tile: int, loop: bool):
             yield {**_launch(stages, 0), "CHUNK_ROWS": chunk}
     else:
         shapes = ((1, 4), (3, 1), (3, 2)) + (((3, 4),) if tile <= 4096 else ())
+        if tile > 8192:
+            # 3 stages of a 16K-element tile (x and dy) pass the SM's shared memory; 2 fit
+            shapes += ((2, 1),)
     for stages, per_sm in shapes:
         yield {**_launch(stages, per_sm), "CHUNK_ROWS": 0}
 

@@ -118,8 +118,11 @@ def forward_launches(tile: int, loop: bool):
 
 # Interleaved looped backwards (CHUNK_ROWS > 0): an H200 sweep of one RMSNorm row a step put
 # 64-row chunks first at 32K and 64K columns, 128 within 3%, 32 behind by 10-20%
-# (benchmarks/experiment_norm_bwd_split.py); 3 stages won on 8 warps, 1 on 16.
-_INTERLEAVED_LAUNCHES = ((3, 64), (1, 64), (3, 128))
+# (benchmarks/experiment_norm_bwd_split.py); 3 stages won on 8 warps, 1 on 16. In session 11,
+# 4 stages of 4096 columns (RMSNorm: 72 KB of shared memory and 54 registers on 8 warps, 3
+# programs an SM) won the fused add at 32K-64K, RMSNorm at 32K and LayerNorm at 16K-32K; 2
+# stages won nowhere.
+_INTERLEAVED_LAUNCHES = ((3, 64), (1, 64), (3, 128), (2, 64), (4, 64))
 
 
 def backward_launches(tile: int, loop: bool):

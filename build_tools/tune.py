@@ -135,7 +135,9 @@ def backward_launches(tile: int, loop: bool):
         wide = tile > 4096
         shapes = ((1, 2), (3, 1)) if wide else ((1, 2), (1, 4), (3, 1), (3, 2))
         for stages, chunk in _INTERLEAVED_LAUNCHES:
-            yield {**_launch(stages, 0), "CHUNK_ROWS": chunk}
+            # 4 stages of a 16K-element tile (x and dy, 256 KB) pass the SM's shared memory
+            if stages < 4 or tile <= 8192:
+                yield {**_launch(stages, 0), "CHUNK_ROWS": chunk}
     else:
         shapes = ((1, 4), (3, 1), (3, 2)) + (((3, 4),) if tile <= 4096 else ())
         if tile > 8192:

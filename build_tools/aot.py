@@ -127,12 +127,15 @@ def compile_variant(job: tuple) -> dict:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from liger_aot.kernel_src import triton_function
+    from liger_aot.kernel_src import is_gluon, triton_function
 
     variant = _described_variant(name, described)
     backend, target_arch, warp = TARGETS[arch]
     started = time.perf_counter()
-    source = ASTSource(triton_function(variant.spec), signature=variant.signature(),
+    fn = triton_function(variant.spec, variant.config)
+    if is_gluon(fn):  # a staged config's kernel (kernel_src/staged_rows.py)
+        from triton.experimental.gluon._runtime import GluonASTSource as ASTSource
+    source = ASTSource(fn, signature=variant.signature(),
                        constexprs=variant.constexprs(), attrs=variant.divisibility_attrs())
     compiled = triton.compile(source, target=GPUTarget(backend, target_arch, warp),
                               options={"num_warps": variant.config.num_warps,

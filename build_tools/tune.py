@@ -29,7 +29,7 @@ from liger_aot.kernel_src import tuning
 from liger_aot.kernel_src.layer_norm import spec as layer_norm
 from liger_aot.kernel_src.rms_norm import spec as rms_norm
 from liger_aot.kernel_src.softmax import spec as softmax
-from liger_aot.kernel_src.spec import Config, KernelSpec, next_power_of_2
+from liger_aot.kernel_src.spec import Config, KernelSpec, next_power_of_2, staged_twin
 from liger_aot.kernel_src.swiglu import spec as swiglu
 from liger_aot.ops._common import (accumulators, atomic_weight_grad, block_grid,
                                    multiprocessor_count, norm_backward_grid)
@@ -114,6 +114,45 @@ def forward_launches(tile: int, loop: bool):
         shapes = ((1, 0), (2, 1))
     for stages, per_sm in shapes:
         yield _launch(stages, per_sm)
+
+
+# Staged forwards (kernel_src/staged_rows.py): shared memory an sm90 program may take (227 KB
+# a block, less the reductions' scratch) for the ring and the staged weights.
+STAGED_SHARED_BYTES = 224 * 1024
+STAGED_FROM = 16384
+
+
+def staged_forward_configs(bucket: int, flag: bool = False, *, weight_rows: int):
+    """Staged configs of a norm forward (2-byte data; weight_rows: w, or w and b): one
+    persistent program an SM, chunks of 4096-16384 columns at 8 or 16 elements a thread (at
+    most 32 warps), a ring of as many chunks as shared memory holds up to three rows, the
+    weights staged in shared memory where they fit beside the ring's row and loaded a chunk
+    ahead otherwise. From STAGED_FROM columns (below it the whole-row forwards read x once
+    already), plain forwards only (the staged kernel has no fused residual: the flag)."""
+    if flag or bucket < STAGED_FROM:
+        return
+    for w_shared in (1, 0):
+        free = STAGED_SHARED_BYTES - w_shared * weight_rows * bucket * 2
+        for block_n in (4096, 8192, 16384):
+            chunks = bucket // block_n
+            slots = min(free // (block_n * 2), 3 * chunks)
+            if chunks < 2 or slots < chunks:
+                continue
+            for warps in (block_n // 512, block_n // 256):
+                if warps <= 32:
+                    yield Config({"BLOCK_M": 1, "BLOCK_N": block_n, "LOOP": True,
+                                  "STAGES": slots, "PROGRAMS_PER_SM": 1, "STAGED": chunks,
+                                  "W_SHARED": w_shared}, num_warps=warps)
+
+
+def _with_staged(case, weight_rows: int):
+    """A forward case whose candidates also include the staged configs."""
+    rows_candidates = case.candidates
+
+    def candidates(bucket, flag=False):
+        yield from rows_candidates(bucket, flag)
+        yield from staged_forward_configs(bucket, flag, weight_rows=weight_rows)
+    return dataclasses.replace(case, candidates=candidates)
 
 
 # Interleaved looped backwards (CHUNK_ROWS > 0): an H200 sweep of one RMSNorm row a step put
@@ -400,19 +439,19 @@ _BWD_LIMITS = {"max_tile": 16384, "whole_row_max": 16384, "loop_from": 8192,
                "loop_rows": (1, 2, 4), "loop_max_tile": 8192, "launches": backward_launches}
 
 CASES = {case.spec.name: case for case in (
-    dataclasses.replace(_rows_case(
+    _with_staged(dataclasses.replace(_rows_case(
         rms_norm.FWD, _shapes(_NORM_NS, flag_ns=_NORM_NS), rms_norm_inputs, rms_norm_fwd,
         ("y", "rstd", "s"), (2, 4), **_FWD_LIMITS,
-        flag_whole_row_max=rms_norm.RESIDUAL_MAX_BLOCK_N), also_rows=_suite_rows_if_more),
+        flag_whole_row_max=rms_norm.RESIDUAL_MAX_BLOCK_N), also_rows=_suite_rows_if_more), 1),
     dataclasses.replace(_rows_case(
         rms_norm.BWD, _shapes(_NORM_NS, flag_ns=_NORM_NS), rms_norm_inputs, rms_norm_bwd,
         ("dx", "dw"), (3, 4),
         functools.partial(norm_backward_buffers, sum_block_n=rms_norm.SUM_BLOCK_N),
         **_BWD_LIMITS,
         flag_whole_row_max=rms_norm.DRES_MAX_BLOCK_N), also_rows=_suite_rows_if_more),
-    dataclasses.replace(_rows_case(
+    _with_staged(dataclasses.replace(_rows_case(
         layer_norm.FWD, _shapes(_NORM_NS), layer_norm_inputs, layer_norm_fwd,
-        ("y", "mean", "rstd"), (2, 2), **_FWD_LIMITS), also_rows=_suite_rows_if_more),
+        ("y", "mean", "rstd"), (2, 2), **_FWD_LIMITS), also_rows=_suite_rows_if_more), 2),
     dataclasses.replace(_rows_case(
         layer_norm.BWD, _shapes(_NORM_NS), layer_norm_inputs, layer_norm_bwd,
         ("dx", "dw", "db"), (3, 3),
@@ -509,10 +548,10 @@ def measure(case: Case, shape: tuple, configs: list, device, timer, dtype) -> li
     """[(config, ms or None, why rejected or None)] for each config at the shape."""
     from liger_aot.kernel_src import jit_function
 
-    fn = jit_function(case.spec)  # compiled as the AOT build compiles it
     torch.manual_seed(0)
     rows, n = shape[:2]
     t = case.make(rows, n, _flag(shape), dtype, device)
+    gpu = torch.device(device).type == "cuda"
     results = []
     for config in configs:
         try:
@@ -521,12 +560,17 @@ def measure(case: Case, shape: tuple, configs: list, device, timer, dtype) -> li
             checked = [(t[name], t[name + "_ref"]) for name in case.outputs if name in t]
             for out, _ in checked:
                 out.fill_(float("nan"))
-            case.launch(fn, t, config)
+            if staged_twin(config, DTYPE_NAMES[dtype], "a16") is not config:
+                raise ValueError("a staged config runs its Gluon kernel on 2-byte data only")
+            # the interpreter runs no Gluon: there a staged config runs its Triton twin
+            run = staged_twin(config, DTYPE_NAMES[dtype], "a16" if gpu else "any")
+            fn = jit_function(case.spec, run)  # compiled as the AOT build compiles it
+            case.launch(fn, t, run)
             _sync(device)
             errors = [_error(out, ref) for out, ref in checked]
             if not all(e < TOLERANCE for e in errors):  # nan fails too
                 raise AssertionError("relative error " + ", ".join(f"{e:.1e}" for e in errors))
-            results.append((config, timer(lambda: case.launch(fn, t, config), config), None))
+            results.append((config, timer(lambda: case.launch(fn, t, run), config), None))
         except Exception as e:  # a candidate that does not compile, fails or is wrong
             results.append((config, None, f"{type(e).__name__}: {str(e)[:120]}"))
     return results

@@ -57,6 +57,32 @@ class Config:
         return ".".join(parts + [f"w{self.num_warps}", f"s{self.num_stages}"])
 
 
+# Staged configs: the norm forwards' Gluon kernels (<function>_staged in the family's
+# kernels.py, kernel_src/staged_rows.py), which stream each row once through a ring of
+# STAGES chunk buffers in shared memory. Their configs are their Triton twin's (persistent
+# looped rows) plus these keys: STAGED, the chunks of BLOCK_N columns a row may have (the
+# tuned bucket), and W_SHARED, whether the weights are staged in shared memory too.
+STAGED_KEYS = ("STAGED", "W_SHARED")
+STAGED_DTYPES = ("bf16", "fp16")
+
+
+def is_staged(config: Config) -> bool:
+    return "STAGED" in config.constexprs
+
+
+def staged_twin(config: Config, dtype: str, align: str) -> Config:
+    """The config a variant of `config` compiles. A staged config runs its Gluon kernel only
+    on 2-byte data in the aligned class: the ring copies 16-byte vectors, and an fp32 ring
+    of the same row would not fit in shared memory. Elsewhere it runs its Triton twin: the
+    same persistent looped rows (BLOCK_N, PROGRAMS_PER_SM: the op's grid fits both) without
+    the ring (STAGED keys dropped, STAGES 1)."""
+    if not is_staged(config) or (align == "a16" and dtype in STAGED_DTYPES):
+        return config
+    constexprs = {k: v for k, v in config.constexprs.items() if k not in STAGED_KEYS}
+    constexprs["STAGES"] = 1
+    return Config(constexprs, num_warps=config.num_warps, num_stages=config.num_stages)
+
+
 @dataclass(frozen=True)
 class Variant:
     spec: "KernelSpec"
@@ -108,6 +134,9 @@ class KernelSpec:
     options: dict = field(default_factory=dict)
     # Which sizes pick which config, e.g. lambda n_cols: CONFIGS[...]
     rule: Callable | None = None
+    # Whether kernels.py has a Gluon twin <function>_staged, which runs the staged configs
+    # (see staged_twin) a tuned table may choose
+    staged: bool = False
 
     @property
     def type_string(self) -> str:
@@ -123,14 +152,28 @@ class KernelSpec:
 
             configs = arch_configs(self, arch)
         option_names = sorted(self.options)
+        seen = set()  # a staged config's Triton twin may be one of the configs already
         for dtype in self.dtypes:
             for align in ALIGN_CLASSES:
                 for values in itertools.product(*(self.options[n] for n in option_names)):
                     for config in configs:
-                        yield Variant(self, dtype, align, tuple(zip(option_names, values)), config)
+                        variant = self.variant(dtype, align, tuple(zip(option_names, values)),
+                                               config)
+                        if variant.name not in seen:
+                            seen.add(variant.name)
+                            yield variant
 
     def variant(self, dtype: str, align: str, options: tuple, config: Config) -> Variant:
-        return Variant(self, dtype, align, options, config)
+        """The variant that runs `config` on this data (see staged_twin)."""
+        return Variant(self, dtype, align, options, staged_twin(config, dtype, align))
+
+    def function_name(self, config: Config) -> str:
+        """The kernel function a config compiles: the Gluon twin for staged configs."""
+        if not is_staged(config):
+            return self.function
+        if not self.staged:
+            raise ValueError(f"{self.name} has no staged kernel for config {config.tag}")
+        return self.function + "_staged"
 
     def source_path(self) -> str:
         return os.path.join(os.path.dirname(os.path.abspath(__file__)), self.family, "kernels.py")
@@ -146,6 +189,9 @@ _SOURCE_SHA: dict = {}
 # source takes compile-time constants that the ops use too (e.g. the interleaved backwards'
 # SUM_BLOCK_N, which sizes their grids): an artifact built with another value must not load.
 SOURCE_FILES = ("kernels.py", "spec.py")
+# Files of kernel_src itself that every family's hash includes: the Gluon helpers of the
+# staged forwards (kernels.py of two families imports them).
+SHARED_SOURCE_FILES = ("staged_rows.py",)
 
 
 def family_source_sha256(family: str) -> str:
@@ -159,11 +205,15 @@ def family_source_sha256(family: str) -> str:
 
 
 def files_sha256(folder: str) -> str:
-    """sha256 over the SOURCE_FILES of `folder`, each as its name, its length and its bytes
-    (so no two different pairs of contents hash alike)."""
+    """sha256 over the SOURCE_FILES of `folder` and the SHARED_SOURCE_FILES of the folder
+    above it, each as its name, its length and its bytes (so no two different pairs of
+    contents hash alike)."""
     h = hashlib.sha256()
-    for name in SOURCE_FILES:
-        with open(os.path.join(folder, name), "rb") as f:
+    paths = [os.path.join(folder, name) for name in SOURCE_FILES]
+    paths += [os.path.join(folder, os.pardir, name) for name in SHARED_SOURCE_FILES]
+    for path in paths:
+        name = os.path.basename(path)
+        with open(path, "rb") as f:
             data = f.read()
         h.update(f"{name}\0{len(data)}\0".encode())
         h.update(data)

@@ -25,7 +25,7 @@ import json
 import os
 import threading
 
-from .spec import Config, KernelSpec, next_power_of_2
+from .spec import STAGED_KEYS, Config, KernelSpec, next_power_of_2
 
 TABLE_FORMAT = 1
 TUNED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tuned")
@@ -86,10 +86,13 @@ def config_from_record(spec: KernelSpec, record: dict) -> Config:
     one object per (spec, tag). Records with other constexpr names than the spec's raise."""
     config = Config(dict(record["constexprs"]), num_warps=int(record["num_warps"]),
                     num_stages=int(record["num_stages"]))
-    if set(config.constexprs) != set(spec.configs[0].constexprs):
+    keys = set(spec.configs[0].constexprs)
+    if set(config.constexprs) != keys and not (
+            spec.staged and set(config.constexprs) == keys | set(STAGED_KEYS)):
         raise ValueError(f"tuned config {config.tag} of {spec.name}: constexprs "
-                         f"{sorted(config.constexprs)}, the spec has "
-                         f"{sorted(spec.configs[0].constexprs)}")
+                         f"{sorted(config.constexprs)}, the spec has {sorted(keys)}"
+                         + (f" (staged configs: also {', '.join(STAGED_KEYS)})"
+                            if spec.staged else ""))
     for own in spec.configs:
         if own.tag == config.tag:
             return own

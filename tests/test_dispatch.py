@@ -18,8 +18,8 @@ import torch
 import liger_aot.runtime.driver as driver
 import liger_aot.runtime.registry as registry
 from liger_aot.kernel_src import FAMILIES, all_specs, family_spec_module
-from liger_aot.kernel_src.spec import (ALIGN_CLASSES, SOURCE_FILES, KernelSpec,
-                                      family_source_sha256, files_sha256)
+from liger_aot.kernel_src.spec import (ALIGN_CLASSES, SHARED_SOURCE_FILES, SOURCE_FILES,
+                                      KernelSpec, family_source_sha256, files_sha256)
 from liger_aot.runtime import Kernel
 from liger_aot.runtime.device import arch_for_capability, arch_for_gcn_name
 
@@ -288,21 +288,27 @@ def test_specs_are_well_formed():
 
 def test_source_hash_covers_kernels_and_spec(tmp_path):
     # kernels.py takes compile-time constants from spec.py (rms_norm: SUM_BLOCK_N and the
-    # residual limits), so an edit to either must change the hash that keys the artifacts
+    # residual limits), and two families' kernels.py import kernel_src/staged_rows.py, so an
+    # edit to any of them must change the hash that keys the artifacts
     for spec in SPECS:
         folder = Path(spec.source_path()).parent
         assert family_source_sha256(spec.family) == files_sha256(str(folder)), spec.family
     folder = Path(SPECS[0].source_path()).parent
-    for name in SOURCE_FILES:
-        shutil.copy(folder / name, tmp_path / name)
-    before = files_sha256(str(tmp_path))
-    for name in SOURCE_FILES:
-        original = (tmp_path / name).read_bytes()
-        (tmp_path / name).write_bytes(original + b"\n")
-        assert files_sha256(str(tmp_path)) != before, name
-        (tmp_path / name).write_bytes(original)
-    assert files_sha256(str(tmp_path)) == before
+    copy = tmp_path / folder.name
+    copy.mkdir()
+    files = [copy / name for name in SOURCE_FILES]
+    files += [tmp_path / name for name in SHARED_SOURCE_FILES]
+    for path in files:
+        shutil.copy((folder if path.parent == copy else folder.parent) / path.name, path)
+    before = files_sha256(str(copy))
+    for path in files:
+        original = path.read_bytes()
+        path.write_bytes(original + b"\n")
+        assert files_sha256(str(copy)) != before, path.name
+        path.write_bytes(original)
+    assert files_sha256(str(copy)) == before
     assert set(SOURCE_FILES) == {"kernels.py", "spec.py"}
+    assert set(SHARED_SOURCE_FILES) == {"staged_rows.py"}
 
 
 SWEEP = range(1, 300_001)

@@ -85,6 +85,61 @@ def test_norms(hidden, dtype):
           lambda x, r, w: rms_ref(x + r, w) + (x + r), x, r, w, dtype=dtype)
 
 
+def _table_staged(name):
+    """{bucket: config} of the staged configs the sm90 table chose for a norm forward."""
+    from liger_aot.kernel_src import tuning
+    from liger_aot.kernel_src.spec import is_staged
+    from liger_aot.kernel_src.layer_norm import spec as ln_spec
+    from liger_aot.kernel_src.rms_norm import spec as rms_spec
+
+    spec = {"rms_norm_fwd": rms_spec.FWD, "layer_norm_fwd": ln_spec.FWD}[name]
+    return {int(key.split(",")[0].split("=")[1]): config
+            for key, config in tuning.tuned_configs(spec, "sm90").items() if is_staged(config)}
+
+
+STAGED_CASES = [(name, bucket, n) for name in ("rms_norm_fwd", "layer_norm_fwd")
+                for bucket in sorted(_table_staged(name)) for n in (bucket, bucket * 5 // 8)]
+
+
+# each bucket's full row and a row of 5/8 of it (partial chunks: masked copies and stores)
+@pytest.mark.parametrize("name,bucket,hidden", STAGED_CASES,
+                         ids=[f"{name}-{n}" for name, _, n in STAGED_CASES])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_staged_norm_forwards(name, bucket, hidden, dtype):
+    """The sm90 table's staged forwards (Gluon, kernel_src/staged_rows.py) through the ops
+    against float64: RMSNorm in its three casting modes, LayerNorm with and without bias.
+    300 rows over one program an SM: programs take 2 or 3 rows, and the ring's last copies
+    lie past n_rows. (The tuner checked every staged candidate in bf16 before timing it.)"""
+    from liger_aot.kernel_src import tuning
+    from liger_aot.ops import layer_norm as ln_mod
+    from liger_aot.ops import rms_norm as rms_mod
+
+    mod = rms_mod if name == "rms_norm_fwd" else ln_mod
+    assert mod._fwd.select_config(0, hidden, dtype=dtype) is _table_staged(name)[bucket]
+    limit = 2e-2 if dtype == torch.bfloat16 else 2e-3
+    rows, eps = 300, 1e-6
+    x = torch.randn(rows, hidden, device=DEV, dtype=dtype) * 2 + 0.5
+    w = (torch.rand(hidden, device=DEV) + 0.5).to(dtype)
+    b = torch.randn(hidden, device=DEV).to(dtype)
+    x64 = x.double()
+    if mod is rms_mod:
+        rstd_ref = torch.rsqrt(x64.pow(2).mean(-1) + eps)
+        for casting, offset in ((0, 0.0), (1, 1.0), (2, 0.0)):
+            y, _, rstd = rms_mod._forward(x, w, eps, offset, casting, None)
+            y_ref = x64 * rstd_ref[:, None] * (w.double() + offset)
+            assert rel(rstd, rstd_ref) < 1e-5, casting
+            assert rel(y, y_ref) < limit, casting
+    else:
+        for bias in (b, None):
+            y, _, mean, rstd = ln_mod.layer_norm_forward(x, w, bias, eps)
+            y_ref = F.layer_norm(x64, (hidden,), w.double(),
+                                 None if bias is None else bias.double(), eps)
+            assert rel(mean, x64.mean(-1)) < 1e-5
+            assert rel(rstd, torch.rsqrt(x64.var(-1, unbiased=False) + eps)) < 1e-5
+            assert rel(y, y_ref) < limit, bias is None
+    assert tuning.bucket_key(mod._fwd.spec, (hidden,)).startswith(f"n_cols={bucket}")
+
+
 @pytest.mark.parametrize("hidden", [1024, 4096, 8192, 32768])
 def test_norm_weight_grad_sums(hidden):
     """The whole-row and interleaved (32768) norm backwards sum the weight (and bias)

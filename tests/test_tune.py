@@ -16,7 +16,7 @@ from liger_aot.cli import main as cli_main
 from liger_aot.kernel_src import all_specs, tuning
 from liger_aot.kernel_src.relu_squared import spec as relu_squared
 from liger_aot.kernel_src.rms_norm import spec as rms
-from liger_aot.kernel_src.spec import ALIGN_CLASSES, DTYPES, Config
+from liger_aot.kernel_src.spec import ALIGN_CLASSES, DTYPES, STAGED_KEYS, Config, is_staged
 from liger_aot.kernel_src.swiglu import spec as swiglu
 from liger_aot.runtime import Kernel, device, registry
 
@@ -259,6 +259,9 @@ def test_candidates_are_configs_the_kernel_supports(name):
             configs = list(case.candidates(bucket, flag))
             assert len({c.tag for c in configs}) == len(configs)
             for c in configs:
+                if is_staged(c):
+                    _check_staged_candidate(name, c, bucket, flag)
+                    continue
                 assert set(c.constexprs) == keys, c.tag
                 assert c.num_warps in (4, 8, 16, 32) and c.num_stages == 1, c.tag
                 m, n = c.constexprs["BLOCK_M"], c.constexprs["BLOCK_N"]
@@ -284,6 +287,41 @@ def test_candidates_are_configs_the_kernel_supports(name):
                     assert n >= bucket and m * n <= 32768, c.tag  # the whole row in the tile
                     if flag:  # wider tiles compile the residual path out
                         assert n <= FLAG_WHOLE_ROW_MAX[name], c.tag
+
+
+def _check_staged_candidate(name, c, bucket, flag):
+    """A staged forward config (kernel_src/staged_rows.py): plain forwards from 16K columns,
+    one program an SM, the bucket's row in STAGED chunks, a ring holding at least a row, and
+    ring plus staged weights within the shared memory budget."""
+    keys = set(tune.CASES[name].spec.configs[0].constexprs) | set(STAGED_KEYS)
+    assert name in ("rms_norm_fwd", "layer_norm_fwd") and not flag, c.tag
+    assert set(c.constexprs) == keys and bucket >= tune.STAGED_FROM, c.tag
+    k = c.constexprs
+    assert k["LOOP"] and k["BLOCK_M"] == 1 and k["PROGRAMS_PER_SM"] == 1, c.tag
+    assert k["STAGED"] * k["BLOCK_N"] == bucket and k["STAGED"] >= 2, c.tag
+    assert k["STAGED"] <= k["STAGES"] <= 3 * k["STAGED"], c.tag
+    assert 8 <= k["BLOCK_N"] // (32 * c.num_warps) <= 16 and c.num_warps <= 32, c.tag
+    weight_rows = 2 if name == "layer_norm_fwd" else 1
+    shared = (k["STAGES"] * k["BLOCK_N"] + k["W_SHARED"] * weight_rows * bucket) * 2
+    assert shared <= tune.STAGED_SHARED_BYTES, c.tag
+
+
+def test_staged_candidates_where_they_fit():
+    tags = {b: [c.tag for c in tune.CASES["layer_norm_fwd"].candidates(b) if is_staged(c)]
+            for b in (8192, 16384, 65536)}
+    assert tags[8192] == []
+    assert any("W_SHARED=1" in t for t in tags[16384])
+    # w and b of a 64K row (256 KB) do not fit beside it: loaded a chunk ahead only
+    assert tags[65536] and all("W_SHARED=0" in t for t in tags[65536])
+    assert not [c for c in tune.CASES["rms_norm_fwd"].candidates(32768, True) if is_staged(c)]
+
+
+def test_measure_refuses_staged_configs_for_4_byte_data():
+    case = tune.CASES["layer_norm_fwd"]
+    config = next(c for c in case.candidates(16384) if is_staged(c))
+    (got, ms, why), = tune.measure(case, (4, 16384), [config], "cpu", lambda run, c: 0.0,
+                                   torch.float32)
+    assert got is config and ms is None and "2-byte" in why
 
 
 @pytest.mark.parametrize("name", list(tune.CASES))

@@ -17,8 +17,11 @@ DB_PARTIAL[0] and the last one writes the totals to DW and DB (see _add_partials
 """
 import triton
 import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
 
 from . import spec
+from .. import staged_rows
 
 # the column programs' tile in the interleaved backward (the op sizes the grid with it)
 SUM_BLOCK_M = tl.constexpr(spec.SUM_BLOCK_M)
@@ -336,3 +339,91 @@ def layer_norm_bwd(DX, DW_PARTIAL, DB_PARTIAL, DY, X, W, MEAN, RSTD, n_rows, n_c
             else:
                 tl.store(DW_PARTIAL + chunk * n_cols + sum_cols, part_w, mask=sum_mask)
                 tl.store(DB_PARTIAL + chunk * n_cols + sum_cols, part_b, mask=sum_mask)
+
+
+# -- staged forward (Gluon, NVIDIA sm80+): configs with a STAGED key (spec.staged_twin) ------
+
+@gluon.jit
+def _staged_normalize(ring, w_buf, b_buf, W, B, y_row, Y, k, mean, rstd, n_rows, n_cols,
+                      X, stride_x, offs, layout: gl.constexpr, BLOCK_N: gl.constexpr,
+                      STAGES: gl.constexpr, STAGED: gl.constexpr, W_SHARED: gl.constexpr,
+                      BIAS: gl.constexpr):
+    """Pass 2 of the staged forward: y of the program's row k from its chunks in the ring,
+    each slot refilled once its chunk is in registers. BIAS: a compile-time copy of the
+    runtime flag (no branch in the unrolled chunk loop)."""
+    w_next = staged_rows.weight_chunk(w_buf, W, n_cols, offs, 0, layout, W_SHARED, BLOCK_N)
+    if BIAS:
+        b_next = staged_rows.weight_chunk(b_buf, B, n_cols, offs, 0, layout, W_SHARED,
+                                          BLOCK_N)
+    for j in gl.static_range(STAGED):
+        x = staged_rows.ring_chunk(ring, k, j, layout, STAGED, STAGES, False)
+        staged_rows.issue_chunk(ring, X, stride_x, n_rows, n_cols, k * STAGED + j + STAGES,
+                                offs, STAGED, STAGES, BLOCK_N)
+        w = w_next
+        if j + 1 < STAGED:
+            w_next = staged_rows.weight_chunk(w_buf, W, n_cols, offs, j + 1, layout, W_SHARED,
+                                              BLOCK_N)
+        y = (x - mean) * rstd * w.to(gl.float32)
+        if BIAS:
+            y += b_next.to(gl.float32)
+            if j + 1 < STAGED:
+                b_next = staged_rows.weight_chunk(b_buf, B, n_cols, offs, j + 1, layout,
+                                                  W_SHARED, BLOCK_N)
+        cols = j * BLOCK_N + offs
+        gl.store(y_row + cols, y.to(Y.dtype.element_ty), mask=cols < n_cols)
+
+
+@gluon.jit
+def layer_norm_fwd_staged(Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y, stride_x, eps,
+                          has_bias, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                          LOOP: gl.constexpr, STAGES: gl.constexpr,
+                          PROGRAMS_PER_SM: gl.constexpr, STAGED: gl.constexpr,
+                          W_SHARED: gl.constexpr):
+    """layer_norm_fwd for rows of at most STAGED x BLOCK_N columns, each read once through a
+    ring of STAGES chunk buffers in shared memory (kernel_src/staged_rows.py); persistent
+    programs (the op's grid: PROGRAMS_PER_SM an SM). The row on chip gives the exact
+    two-step variance of the whole-row forward. W_SHARED: w and b staged in shared memory
+    once per program, else each chunk of them loaded a chunk ahead."""
+    layout: gl.constexpr = staged_rows.chunk_layout(gl.num_warps())
+    ring = gl.allocate_shared_memory(X.dtype.element_ty, [STAGES, BLOCK_N],
+                                     staged_rows.RING_LAYOUT)
+    w_buf = gl.allocate_shared_memory(W.dtype.element_ty, [STAGED if W_SHARED else 1, BLOCK_N],
+                                      staged_rows.RING_LAYOUT)
+    b_buf = gl.allocate_shared_memory(W.dtype.element_ty, [STAGED if W_SHARED else 1, BLOCK_N],
+                                      staged_rows.RING_LAYOUT)
+    offs = gl.arange(0, BLOCK_N, layout)
+    if W_SHARED:
+        staged_rows.stage_weights(w_buf, W, n_cols, offs, STAGED, BLOCK_N)
+        staged_rows.stage_weights(b_buf, B, n_cols, offs, STAGED, BLOCK_N)
+    staged_rows.start_ring(ring, X, stride_x, n_rows, n_cols, offs, STAGED, STAGES, BLOCK_N)
+    pid = gl.program_id(0)
+    for k in range(gl.cdiv(n_rows - pid, gl.num_programs(0))):
+        row = pid + k * gl.num_programs(0)
+        acc = gl.zeros([BLOCK_N], gl.float32, layout)
+        for j in gl.static_range(STAGED):
+            acc += staged_rows.ring_chunk(ring, k, j, layout, STAGED, STAGES, True)
+        mean = gl.sum(acc, axis=0) / n_cols
+        acc = gl.zeros([BLOCK_N], gl.float32, layout)
+        for j in gl.static_range(STAGED):
+            d = staged_rows.ring_chunk(ring, k, j, layout, STAGED, STAGES, False) - mean
+            # the columns past n_cols (zero-filled) must not count: masked only in the chunk
+            # that holds n_cols, chunks wholly past it skipped (uniform branches, no select
+            # per element elsewhere)
+            if (j + 1) * BLOCK_N <= n_cols:
+                acc += d * d
+            elif j * BLOCK_N < n_cols:
+                d = gl.where(j * BLOCK_N + offs < n_cols, d, 0.0)
+                acc += d * d
+        rstd = 1.0 / gl.sqrt(gl.sum(acc, axis=0) / n_cols + eps)
+        gl.store(MEAN + row, mean)
+        gl.store(RSTD + row, rstd)
+        y_row = Y + row.to(gl.int64) * stride_y
+        if has_bias != 0:
+            _staged_normalize(ring, w_buf, b_buf, W, B, y_row, Y, k, mean, rstd, n_rows,
+                              n_cols, X, stride_x, offs, layout, BLOCK_N, STAGES, STAGED,
+                              W_SHARED, True)
+        else:
+            _staged_normalize(ring, w_buf, b_buf, W, B, y_row, Y, k, mean, rstd, n_rows,
+                              n_cols, X, stride_x, offs, layout, BLOCK_N, STAGES, STAGED,
+                              W_SHARED, False)
+    staged_rows.finish_ring()

@@ -64,7 +64,7 @@ FWD = KernelSpec(
             Param("n_rows", "i32"), Param("n_cols", "i32", divisible=True),
             Param("stride_y", "i64", divisible=True), Param("stride_x", "i64", divisible=True),
             Param("eps", "fp32"), Param("has_bias", "i32")),
-    configs=CONFIGS, rule=select_config,
+    configs=CONFIGS, rule=select_config, staged=True,
 )
 
 BWD = KernelSpec(

@@ -98,6 +98,7 @@ FWD = KernelSpec(
             Param("has_residual", "i32")),
     options={"CASTING": (0, 1, 2)},
     configs=CONFIGS, rule=select_config,
+    staged=True,  # rms_norm_fwd_staged: plain forwards only, never the fused residual add
 )
 
 BWD = KernelSpec(

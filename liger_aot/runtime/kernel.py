@@ -19,7 +19,7 @@ import warnings
 import torch
 
 from liger_aot.kernel_src import tuning
-from liger_aot.kernel_src.spec import Config, KernelSpec
+from liger_aot.kernel_src.spec import Config, KernelSpec, staged_twin
 
 from liger_aot.artifact_format import TARGETS
 
@@ -123,7 +123,8 @@ class Kernel:
             fn = _interpreted_function(self.spec)
             self._launchers[key] = fn
         constexprs = dict(options)
-        constexprs.update(config.constexprs)
+        # the interpreter runs no Gluon: a staged config runs its Triton twin
+        constexprs.update(staged_twin(config, "", "any").constexprs)
         fn[tuple(grid)](*args, **constexprs)
 
 
@@ -177,7 +178,7 @@ def _fast_path_source(spec: KernelSpec) -> str:
 def _jit_launcher(variant):
     from liger_aot.kernel_src import jit_function
 
-    fn = jit_function(variant.spec)  # the AOT variant's specialization, not the JIT's own
+    fn = jit_function(variant.spec, variant.config)  # the AOT variant's specialization
     constexprs = variant.constexprs()
     num_warps, num_stages = variant.config.num_warps, variant.config.num_stages
 

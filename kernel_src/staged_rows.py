@@ -1,0 +1,95 @@
+"""Gluon helpers of the staged norm forwards (the rms_norm and layer_norm families' *_staged
+kernels): each row streamed once through a ring of shared-memory chunk buffers by cp.async
+(NVIDIA sm80 and later).
+
+A staged program is persistent: it takes rows pid, pid + programs, ... . Its row is
+CHUNKS = STAGED chunks of BLOCK_N columns, and its ring SLOTS = STAGES >= CHUNKS slots of one
+chunk each. Chunk t of the program's sequence (row t // CHUNKS of its own, chunk t % CHUNKS)
+lives in slot t % SLOTS, and every copy is its own cp.async group. The ring starts with
+chunks 0 .. SLOTS-1 in flight; pass 1 of the program's row k waits for chunk k*CHUNKS + j
+with wait_group(SLOTS - 1 - j), a compile-time count, because exactly SLOTS + k*CHUNKS groups
+have been issued then; pass 2 reads the chunks from shared memory again and refills each
+slot with chunk t + SLOTS as soon as the chunk is in registers. So x crosses L2 once, not
+twice as in the looped Triton forwards, and the next row streams in while this one is
+written (H200, the sm90 table's choices: RMSNorm forward at 64K columns 75 -> 80% of copy,
+LayerNorm at 32K 71 -> 76%; docs/perf-notes.md, session 12).
+
+Every thread reads back only the elements its own copies wrote (one blocked layout serves
+the copies and the loads), so no value crosses threads through the ring. Copies need 16-byte
+vectors: the staged configs run only for 2-byte data in the aligned class (spec.staged_twin).
+
+Imported only by the build, the tuner and the JIT fallback (like kernels.py); part of both
+families' source hash (spec.SHARED_SOURCE_FILES).
+"""
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
+
+# one chunk buffer is a flat row of BLOCK_N elements; the same layout for the ring and the
+# staged weights
+RING_LAYOUT = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [0]))
+
+
+@gluon.constexpr_function
+def chunk_layout(num_warps):
+    """8 consecutive 2-byte elements a thread (one 16-byte copy), threads then warps along
+    the chunk."""
+    return gl.BlockedLayout([8], [32], [num_warps], [0])
+
+
+@gluon.jit
+def issue_chunk(ring, X, stride_x, n_rows, n_cols, t, offs, CHUNKS: gl.constexpr,
+                SLOTS: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Starts the copy of this program's chunk t into slot t % SLOTS, as one cp.async group.
+    Columns past n_cols and rows past n_rows are zero-filled, not read."""
+    row = gl.program_id(0) + (t // CHUNKS) * gl.num_programs(0)
+    cols = (t % CHUNKS) * BLOCK_N + offs
+    ptrs = X + row.to(gl.int64) * stride_x + cols
+    cp.async_copy_global_to_shared(ring.index(t % SLOTS), ptrs,
+                                   mask=(cols < n_cols) & (row < n_rows))
+    cp.commit_group()
+
+
+@gluon.jit
+def start_ring(ring, X, stride_x, n_rows, n_cols, offs, CHUNKS: gl.constexpr,
+               SLOTS: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Issues chunks 0 .. SLOTS-1. Call it after stage_weights: the ring's wait counts
+    assume no other copies are pending."""
+    for t in gl.static_range(SLOTS):
+        issue_chunk(ring, X, stride_x, n_rows, n_cols, t, offs, CHUNKS, SLOTS, BLOCK_N)
+
+
+@gluon.jit
+def stage_weights(buf, W, n_cols, offs, CHUNKS: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Copies the CHUNKS x BLOCK_N weight row into `buf` (zeros past n_cols) and waits."""
+    for j in gl.static_range(CHUNKS):
+        cols = j * BLOCK_N + offs
+        cp.async_copy_global_to_shared(buf.index(j), W + cols, mask=cols < n_cols)
+    cp.commit_group()
+    cp.wait_group(0)
+
+
+@gluon.jit
+def ring_chunk(ring, k, j: gl.constexpr, layout: gl.constexpr, CHUNKS: gl.constexpr,
+               SLOTS: gl.constexpr, WAIT: gl.constexpr):
+    """Chunk j of the program's row k as fp32; WAIT (pass 1) first waits for its copy."""
+    if WAIT:
+        cp.wait_group(SLOTS - 1 - j)
+    return ring.index((k * CHUNKS + j) % SLOTS).load(layout).to(gl.float32)
+
+
+@gluon.jit
+def weight_chunk(buf, W, n_cols, offs, j: gl.constexpr, layout: gl.constexpr,
+                 SHARED: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Chunk j of a weight row: from its staged copy (SHARED), else from global memory."""
+    if SHARED:
+        return buf.index(j).load(layout)
+    cols = j * BLOCK_N + offs
+    return gl.load(W + cols, mask=cols < n_cols, other=0.0)
+
+
+@gluon.jit
+def finish_ring():
+    """Waits for the ring's last copies (zero-filled rows past the program's end) before the
+    program exits."""
+    cp.wait_group(0)

@@ -227,7 +227,7 @@ def test_manifest_contents(shared, arch):
         assert e["key"] == aot.variant_key(variant, arch, toolchain), name
         keys.add(e["key"])
         assert e["file"] == f"{e['key']}.{ext}"
-        assert e["kernel_name"] == spec.function
+        assert e["kernel_name"] == spec.function_name(variant.config)  # staged: the Gluon twin
         assert e["type_string"] == spec.type_string
         assert e["type_string"].endswith(HIDDEN_PARAMS) and HIDDEN_PARAMS == "PP"
         assert len(e["type_string"]) == len(spec.params) + 2

@@ -79,6 +79,18 @@ def ring_chunk(ring, k, j: gl.constexpr, layout: gl.constexpr, CHUNKS: gl.conste
 
 
 @gluon.jit
+def take_chunk(ring, X, stride_x, n_rows, n_cols, k, j: gl.constexpr, offs,
+               layout: gl.constexpr, CHUNKS: gl.constexpr, SLOTS: gl.constexpr,
+               BLOCK_N: gl.constexpr):
+    """Pass 2's step: chunk j of the program's row k as fp32, its slot then refilled with the
+    chunk SLOTS further on (the value is in registers, so the slot is free)."""
+    x = ring_chunk(ring, k, j, layout, CHUNKS, SLOTS, False)
+    issue_chunk(ring, X, stride_x, n_rows, n_cols, k * CHUNKS + j + SLOTS, offs, CHUNKS, SLOTS,
+                BLOCK_N)
+    return x
+
+
+@gluon.jit
 def weight_chunk(buf, W, n_cols, offs, j: gl.constexpr, layout: gl.constexpr,
                  SHARED: gl.constexpr, BLOCK_N: gl.constexpr):
     """Chunk j of a weight row: from its staged copy (SHARED), else from global memory."""

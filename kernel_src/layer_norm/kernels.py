@@ -356,9 +356,8 @@ def _staged_normalize(ring, w_buf, b_buf, W, B, y_row, Y, k, mean, rstd, n_rows,
         b_next = staged_rows.weight_chunk(b_buf, B, n_cols, offs, 0, layout, W_SHARED,
                                           BLOCK_N)
     for j in gl.static_range(STAGED):
-        x = staged_rows.ring_chunk(ring, k, j, layout, STAGED, STAGES, False)
-        staged_rows.issue_chunk(ring, X, stride_x, n_rows, n_cols, k * STAGED + j + STAGES,
-                                offs, STAGED, STAGES, BLOCK_N)
+        x = staged_rows.take_chunk(ring, X, stride_x, n_rows, n_cols, k, j, offs, layout,
+                                   STAGED, STAGES, BLOCK_N)
         w = w_next
         if j + 1 < STAGED:
             w_next = staged_rows.weight_chunk(w_buf, W, n_cols, offs, j + 1, layout, W_SHARED,

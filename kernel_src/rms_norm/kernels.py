@@ -446,9 +446,8 @@ def rms_norm_fwd_staged(Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, 
         y_row = Y + row.to(gl.int64) * stride_y
         w_next = staged_rows.weight_chunk(w_buf, W, n_cols, offs, 0, layout, W_SHARED, BLOCK_N)
         for j in gl.static_range(STAGED):
-            x = staged_rows.ring_chunk(ring, k, j, layout, STAGED, STAGES, False)
-            staged_rows.issue_chunk(ring, X, stride_x, n_rows, n_cols, k * STAGED + j + STAGES,
-                                    offs, STAGED, STAGES, BLOCK_N)
+            x = staged_rows.take_chunk(ring, X, stride_x, n_rows, n_cols, k, j, offs, layout,
+                                       STAGED, STAGES, BLOCK_N)
             w = w_next
             if j + 1 < STAGED:
                 w_next = staged_rows.weight_chunk(w_buf, W, n_cols, offs, j + 1, layout,

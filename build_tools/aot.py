@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from filelock import FileLock, Timeout
 
 from liger_aot.kernel_src import all_specs, tuning
-from liger_aot.kernel_src.spec import Config
 from liger_aot.artifact_format import BINARY_EXT, MANIFEST_FORMAT, TARGETS, launch_abi_of
 
 BUILDER_VERSION = 1  # bump when the build's output for the same inputs changes
@@ -94,7 +93,8 @@ def variant_key(variant, arch: str, toolchain: dict) -> str:
         "signature": variant.signature(),
         "constexprs": {k: repr(v) for k, v in variant.constexprs().items()},
         "attrs": sorted(str(i) for i in variant.divisibility_attrs()),
-        "options": [variant.config.num_warps, variant.config.num_stages],
+        "options": [variant.config.num_warps, variant.config.num_stages]
+        + ([variant.config.maxnreg] if variant.config.maxnreg else []),
     }
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
@@ -114,8 +114,7 @@ def _job(variant, arch: str, key: str, directory: str, toolchain: dict) -> tuple
 def _described_variant(name: str, described: tuple):
     spec_name, dtype, align, options, record = described
     spec = next(s for s in all_specs() if s.name == spec_name)
-    config = Config(record["constexprs"], record["num_warps"], record["num_stages"])
-    variant = spec.variant(dtype, align, options, config)
+    variant = spec.variant(dtype, align, options, tuning.record_config(record))
     assert variant.name == name, (variant.name, name)
     return variant
 
@@ -138,8 +137,7 @@ def compile_variant(job: tuple) -> dict:
     source = ASTSource(fn, signature=variant.signature(),
                        constexprs=variant.constexprs(), attrs=variant.divisibility_attrs())
     compiled = triton.compile(source, target=GPUTarget(backend, target_arch, warp),
-                              options={"num_warps": variant.config.num_warps,
-                                       "num_stages": variant.config.num_stages})
+                              options=variant.config.compile_options())
     ext = BINARY_EXT[backend]
     image = compiled.asm[ext]
     md = compiled.metadata

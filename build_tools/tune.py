@@ -650,7 +650,7 @@ def _round(ms: float) -> float:
 
 
 def _tag(record: dict) -> str:
-    return Config(record["constexprs"], record["num_warps"], record["num_stages"]).tag
+    return tuning.record_config(record).tag
 
 
 def format_results(specs: dict) -> str:

@@ -50,11 +50,23 @@ class Config:
     constexprs: dict
     num_warps: int = 4
     num_stages: int = 1
+    # ptxas's register cap a thread (0: none). A kernel that must fit several programs an SM
+    # needs it: the compiler otherwise spends every register it may have (the staged
+    # cross entropy's 4-warp programs take 255 without a cap, one program where it needs 9).
+    maxnreg: int = 0
 
     @property
     def tag(self) -> str:
         parts = [f"{k}={v}" for k, v in sorted(self.constexprs.items())]
-        return ".".join(parts + [f"w{self.num_warps}", f"s{self.num_stages}"])
+        launch = [f"w{self.num_warps}", f"s{self.num_stages}"]
+        return ".".join(parts + launch + ([f"r{self.maxnreg}"] if self.maxnreg else []))
+
+    def compile_options(self) -> dict:
+        """The launch options Triton's compile and JIT take."""
+        options = {"num_warps": self.num_warps, "num_stages": self.num_stages}
+        if self.maxnreg:
+            options["maxnreg"] = self.maxnreg
+        return options
 
 
 # Staged configs: the norm forwards' Gluon kernels (<function>_staged in the family's
@@ -80,7 +92,8 @@ def staged_twin(config: Config, dtype: str, align: str) -> Config:
         return config
     constexprs = {k: v for k, v in config.constexprs.items() if k not in STAGED_KEYS}
     constexprs["STAGES"] = 1
-    return Config(constexprs, num_warps=config.num_warps, num_stages=config.num_stages)
+    return Config(constexprs, num_warps=config.num_warps, num_stages=config.num_stages,
+                  maxnreg=config.maxnreg)
 
 
 @dataclass(frozen=True)
@@ -137,6 +150,14 @@ class KernelSpec:
     # Whether kernels.py has a Gluon twin <function>_staged, which runs the staged configs
     # (see staged_twin) a tuned table may choose
     staged: bool = False
+    # The archs whose builds hold this spec (empty: all of them), and its alignment classes:
+    # a kernel written for one chip's instructions (cp.async into shared memory, a grid sized
+    # for its shared memory) is compiled only where the op runs it.
+    archs: tuple = ()
+    align_classes: tuple = ALIGN_CLASSES
+
+    def built_for(self, arch: str | None) -> bool:
+        return arch is None or not self.archs or arch in self.archs
 
     @property
     def type_string(self) -> str:
@@ -145,7 +166,10 @@ class KernelSpec:
 
     def variants(self, arch: str | None = None) -> Iterator[Variant]:
         """Every variant of the heuristic configs; with an arch, also of the configs its tuned
-        table chose (kernel_src/tuned/<arch>.json, see tuning.py)."""
+        table chose (kernel_src/tuned/<arch>.json, see tuning.py), and none where the spec is
+        not built for that arch (see archs)."""
+        if not self.built_for(arch):
+            return
         configs = self.configs
         if arch is not None:
             from .tuning import arch_configs  # tuning imports this module
@@ -154,7 +178,7 @@ class KernelSpec:
         option_names = sorted(self.options)
         seen = set()  # a staged config's Triton twin may be one of the configs already
         for dtype in self.dtypes:
-            for align in ALIGN_CLASSES:
+            for align in self.align_classes:
                 for values in itertools.product(*(self.options[n] for n in option_names)):
                     for config in configs:
                         variant = self.variant(dtype, align, tuple(zip(option_names, values)),

@@ -77,15 +77,23 @@ def _checked(table, arch: str, path: str) -> dict:
 
 
 def config_record(config: Config) -> dict:
-    return {"constexprs": dict(config.constexprs), "num_warps": config.num_warps,
-            "num_stages": config.num_stages}
+    record = {"constexprs": dict(config.constexprs), "num_warps": config.num_warps,
+              "num_stages": config.num_stages}
+    if config.maxnreg:
+        record["maxnreg"] = config.maxnreg
+    return record
+
+
+def record_config(record: dict) -> Config:
+    """config_record's inverse (a new object: config_from_record finds the shared one)."""
+    return Config(dict(record["constexprs"]), num_warps=int(record["num_warps"]),
+                  num_stages=int(record["num_stages"]), maxnreg=int(record.get("maxnreg", 0)))
 
 
 def config_from_record(spec: KernelSpec, record: dict) -> Config:
     """The process-wide Config for a table record: the spec's own config with that tag, else
     one object per (spec, tag). Records with other constexpr names than the spec's raise."""
-    config = Config(dict(record["constexprs"]), num_warps=int(record["num_warps"]),
-                    num_stages=int(record["num_stages"]))
+    config = record_config(record)
     keys = set(spec.configs[0].constexprs)
     if set(config.constexprs) != keys and not (
             spec.staged and set(config.constexprs) == keys | set(STAGED_KEYS)):

@@ -270,7 +270,8 @@ def test_variant_names_unique():
         n_options = 1
         for values in spec.options.values():
             n_options *= len(values)
-        assert sum(1 for _ in spec.variants()) == (len(spec.dtypes) * len(ALIGN_CLASSES)
+        assert set(spec.align_classes) <= set(ALIGN_CLASSES), spec.name
+        assert sum(1 for _ in spec.variants()) == (len(spec.dtypes) * len(spec.align_classes)
                                                   * n_options * len(spec.configs))
 
 

@@ -6,8 +6,6 @@ math on a GPU: tests/test_gpu_ops.py::test_staged_norm_forwards."""
 import dataclasses
 import json
 import os
-import subprocess
-import sys
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -15,6 +13,7 @@ import pytest
 import torch
 
 from _op_helpers import rel_err
+from _sm90 import SM90_REGISTERS, SM90_SHARED_PER_BLOCK, compile_sm90, entry_params
 from test_norm_looped_backward import EPS, ROWS, TOL, TUNED, guarded
 from test_norm_looped_forward import forced_config  # noqa: F401 - fixture
 from liger_aot.kernel_src import is_gluon, triton_function
@@ -93,57 +92,19 @@ def test_layer_norm_staged_config_on_cpu_runs_its_twin(forced_config, dtype):
     assert rel_err(y, y_ref) < TOL[dtype]
 
 
-# compiled in a child process: this one runs Triton's interpreter, which Gluon cannot use
-_COMPILE = """
-import json, sys
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.experimental.gluon._runtime import GluonASTSource
-from liger_aot.kernel_src import all_specs, triton_function
-from liger_aot.kernel_src.spec import Config
-
-name, options, constexprs, warps = json.loads(sys.argv[1])
-spec = next(s for s in all_specs() if s.name == name)
-variant = spec.variant("bf16", "a16", tuple(map(tuple, options)), Config(constexprs, warps))
-source = GluonASTSource(triton_function(spec, variant.config), signature=variant.signature(),
-                        constexprs=variant.constexprs(), attrs=variant.divisibility_attrs())
-kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
-# ptxas's resource usage (registers, local memory: spills) from the cubin
-import os, re, subprocess, tempfile
-tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-    f.write(kernel.asm["cubin"])
-    f.flush()
-    usage = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
-print(json.dumps({"shared": kernel.metadata.shared, "ptx": kernel.asm["ptx"],
-                  "regs": int(re.search(r"REG:(\\d+)", usage).group(1)),
-                  "local": int(re.search(r"LOCAL:(\\d+)", usage).group(1))}))
-"""
-
-
-def _compile_sm90(spec, options, config) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    arg = json.dumps([spec.name, options, config.constexprs, config.num_warps])
-    done = subprocess.run([sys.executable, "-c", _COMPILE, arg], env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout)
-
-
 @pytest.mark.parametrize("spec,options,config", [
     (rms_spec.FWD, (("CASTING", 2),), staged(16384, 4, 7, 32, w_shared=0)),
     (ln_spec.FWD, (), staged(8192, 4, 6, 16, w_shared=1)),
 ], ids=["rms_norm_64k", "layer_norm_32k"])
 def test_staged_kernels_compile_for_sm90(spec, options, config):
-    kernel = _compile_sm90(spec, options, config)
-    assert kernel["shared"] <= 232448  # an sm90 block's shared memory (227 KB)
+    kernel = compile_sm90(spec, options, config)
+    assert kernel["shared"] <= SM90_SHARED_PER_BLOCK
     ptx = kernel["ptx"]
     assert "cp.async.cg.shared.global" in ptx and "cp.async.wait_group" in ptx
     assert kernel["local"] == 0  # no spills
-    assert kernel["regs"] * 32 * config.num_warps <= 65536  # one program fits an SM
+    assert kernel["regs"] * 32 * config.num_warps <= SM90_REGISTERS  # one program fits an SM
     # the AOT manifest's type string: the spec's params and Triton's two hidden pointers
-    entry = ptx[ptx.index(".entry"):]
-    assert entry[:entry.index(")")].count(".param") == len(spec.type_string)
+    assert entry_params(ptx) == len(spec.type_string)
 
 
 def test_shipped_table_uses_staged_configs_only_where_they_apply():

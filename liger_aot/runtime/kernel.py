@@ -180,10 +180,10 @@ def _jit_launcher(variant):
 
     fn = jit_function(variant.spec, variant.config)  # the AOT variant's specialization
     constexprs = variant.constexprs()
-    num_warps, num_stages = variant.config.num_warps, variant.config.num_stages
+    options = variant.config.compile_options()
 
     def launch(grid, values, args):
-        fn[tuple(grid)](*args, **constexprs, num_warps=num_warps, num_stages=num_stages)
+        fn[tuple(grid)](*args, **constexprs, **options)
 
     return launch
 

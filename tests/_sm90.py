@@ -1,0 +1,56 @@
+"""Compiles one variant for sm90 in a child process (this one may run Triton's interpreter,
+which Gluon cannot use) and reports what ptxas made of it: shared memory, registers, local
+memory (spills) and the PTX. Shared by the staged kernels' tests."""
+import json
+import os
+import subprocess
+import sys
+
+from liger_aot.kernel_src import tuning
+
+_COMPILE = """
+import json, os, re, subprocess, sys, tempfile
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton.experimental.gluon._runtime import GluonASTSource
+from liger_aot.kernel_src import all_specs, is_gluon, triton_function, tuning
+
+name, options, record = json.loads(sys.argv[1])
+spec = next(s for s in all_specs() if s.name == name)
+variant = spec.variant("bf16", "a16", tuple(map(tuple, options)), tuning.record_config(record))
+fn = triton_function(spec, variant.config)
+source = (GluonASTSource if is_gluon(fn) else ASTSource)(
+    fn, signature=variant.signature(), constexprs=variant.constexprs(),
+    attrs=variant.divisibility_attrs())
+kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                        options=variant.config.compile_options())
+# ptxas's resource usage (registers, local memory: spills) from the cubin
+tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+    f.write(kernel.asm["cubin"])
+    f.flush()
+    usage = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
+print(json.dumps({"shared": kernel.metadata.shared, "ptx": kernel.asm["ptx"],
+                  "regs": int(re.search(r"REG:(\\d+)", usage).group(1)),
+                  "local": int(re.search(r"LOCAL:(\\d+)", usage).group(1))}))
+"""
+
+SM90_SHARED_PER_BLOCK = 232448  # bytes: 227 KB a block
+SM90_SHARED_PER_SM = 233472  # 228 KB an SM, of which each resident block reserves 1 KB
+SM90_REGISTERS = 65536
+
+
+def compile_sm90(spec, options, config) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    arg = json.dumps([spec.name, options, tuning.config_record(config)])
+    done = subprocess.run([sys.executable, "-c", _COMPILE, arg], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+def entry_params(ptx: str) -> int:
+    """The number of parameters of the PTX's kernel entry."""
+    entry = ptx[ptx.index(".entry"):]
+    return entry[:entry.index(")")].count(".param")

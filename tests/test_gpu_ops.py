@@ -212,6 +212,56 @@ def test_cross_entropy(vocab):
           dtype=torch.bfloat16)
 
 
+STAGED_CE_CASES = [  # (rows, vocab, dtype, options)
+    (4096, 128256, torch.bfloat16, {}),
+    (4096, 128256, torch.float16, {"reduction": "sum"}),
+    (3000, 151936, torch.bfloat16, {"label_smoothing": 0.1, "lse_square_scale": 1e-3}),
+    (512, 256000, torch.bfloat16, {"reduction": "none", "lse_square_scale": 1e-2}),
+    (7, 262144, torch.bfloat16, {"label_smoothing": 0.05}),  # split 32, fewer rows than groups
+    (2500, 65536, torch.float16, {"reduction": "none"}),
+]
+
+
+@pytest.mark.parametrize("rows,vocab,dtype,options", STAGED_CE_CASES,
+                         ids=[f"{r}x{v}-{str(d)[6:]}-{'-'.join(o) or 'mean'}"
+                              for r, v, d, o in STAGED_CE_CASES])
+def test_staged_cross_entropy(monkeypatch, rows, vocab, dtype, options):
+    """The staged kernel (kernels.py: cross_entropy_fwd_staged, rows read once, split over a
+    group of programs that exchange their statistics) through the op against float64 torch:
+    loss and gradient, a seventh of the rows ignored, out of place and in place, both
+    launches taken by the staged kernel; the z-loss comes back too. The loss alone takes the
+    two-pass kernel (faster there)."""
+    from test_op_cross_entropy import reference
+    from liger_aot.ops import cross_entropy as ce_mod
+
+    launches = []
+    staged_launch = ce_mod._staged.launch
+    monkeypatch.setattr(ce_mod._staged, "launch",
+                        lambda *a, **k: launches.append(a[0]) or staged_launch(*a, **k))
+    limit = 2e-2 if dtype == torch.bfloat16 else 2e-3
+    logits = torch.randn(rows, vocab, device=DEV, dtype=dtype) * 3
+    target = torch.randint(0, vocab, (rows,), device=DEV)
+    target[::7] = -100
+    target[1] = vocab - 1  # the last slice's last column
+    x64 = logits.double().requires_grad_()
+    ref, ref_z = reference(x64, target, **options)
+    g = torch.rand_like(ref) + 0.5  # a grad_output other than 1: the scale kernel runs
+    ref.backward(g)
+    for in_place in (False, True):
+        x = logits.clone().requires_grad_()
+        src = x * 1 if in_place else x  # in place needs a non-leaf
+        loss, z = ce_mod.cross_entropy(src, target, in_place=in_place, return_z_loss=True,
+                                       **options)
+        assert rel(loss, ref) < 1e-5 and rel(z, ref_z) < 1e-5 if ref_z.any() else True
+        loss.backward(g)
+        assert rel(x.grad, x64.grad) < limit, in_place
+    with torch.no_grad():
+        loss = ce_mod.cross_entropy(logits, target, **options)
+    assert rel(loss, ref) < 1e-5
+    assert len(launches) == 2 and all(grid[0] % ce_mod.spec.staged_split(vocab) == 0
+                                      for grid in launches), launches
+
+
 def test_fused_linear_cross_entropy():
     from liger_aot.ops.fused_linear_cross_entropy import fused_linear_cross_entropy
 

@@ -36,6 +36,13 @@ occupancy of the plain case. All arithmetic is fp32.
 """
 import triton
 import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
+
+from . import spec
+
+MAX_STAGED_SPLIT = gl.constexpr(spec.MAX_STAGED_SPLIT)
 
 
 @triton.jit
@@ -179,3 +186,194 @@ def scale_by_grad_output(OUT, GRAD, GRAD_OUTPUT, n_elements, n_cols, per_row, in
             else:
                 scale = tl.zeros([BLOCK], dtype=tl.float32) + first
             tl.store(OUT + offs, (g * scale).to(OUT.dtype.element_ty), mask=mask)
+
+
+# -- staged (Gluon, sm90): each row read once, its slices held in shared memory -------------
+#
+# cross_entropy_fwd reads every row twice (pass 1 for the log-sum-exp, pass 2 for the
+# gradient), and at 128K columns the second read misses L2: three passes of HBM traffic.
+# Here a group of `split` = cdiv(V, SLICE) persistent programs takes rows g, g + n_groups, ...;
+# program `part` of the group owns columns [part * SLICE, (part + 1) * SLICE) of each. Its
+# slice streams through a ring of SLOTS >= CHUNKS shared-memory chunk buffers (cp.async, as
+# the staged norm forwards); pass 1 keeps an online max and sum a thread (one exp an element
+# plus one a thread-row of 8), then the program publishes (max, sum, sum of x) to its slot of
+# STATS, bumps the row's COUNT (release) and waits until all `split` have arrived (acquire):
+# the log-sum-exp. Pass 2 writes the slice's gradient from shared memory, refilling each slot
+# with a later chunk as soon as its values are in registers. The program that owns the
+# target's column stores the loss. Two passes of HBM traffic instead of three (H200, 8192 x
+# 128256 bf16: 1.41 -> 1.22 ms; docs/perf-notes.md, session 13).
+#
+# Waiting is safe because the grid is at most as many programs as the GPU holds at once
+# (spec.STAGED_PROGRAMS_PER_SM an SM, checked against the kernel's registers and shared
+# memory) and a group's programs have consecutive ids: CTAs start in id order, so whenever
+# one waits, the rest of its group is resident or next to start. The op uses this kernel only
+# for bf16/fp16 rows in the aligned class on sm90 without the FEATURES=1 switches, and only
+# with COUNT zeroed.
+
+@gluon.jit
+def _staged_issue(ring, LOGITS, stride, n_rows, n_cols, t, group, n_groups, part, offs,
+                  CHUNKS: gl.constexpr, SLOTS: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Chunk t of this program's sequence (row group + (t // CHUNKS) * n_groups, chunk t %
+    CHUNKS of its slice) into slot t % SLOTS, as one cp.async group. Columns past n_cols and
+    rows past n_rows are zero-filled, not read; only a chunk that needs the mask computes it
+    (a compare per element costs as much as the arithmetic)."""
+    row = group + (t // CHUNKS) * n_groups
+    start = (part * CHUNKS + t % CHUNKS) * BLOCK_N
+    ptrs = LOGITS + row.to(gl.int64) * stride + start + offs
+    if (start + BLOCK_N <= n_cols) & (row < n_rows):
+        cp.async_copy_global_to_shared(ring.index(t % SLOTS), ptrs)
+    else:
+        cp.async_copy_global_to_shared(ring.index(t % SLOTS), ptrs,
+                                       mask=(offs < n_cols - start) & (row < n_rows))
+    cp.commit_group()
+
+
+@gluon.jit
+def _exp2(x):
+    """2^x as one MUFU.EX2 (ftz): the plain exp lowering adds a multiply and a denormal-range
+    fix (a compare and two predicated multiplies), six instructions an exp in all."""
+    return gl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x],
+                                     dtype=gl.float32, is_pure=True, pack=1)
+
+
+LOG2E = gl.constexpr(1.4426950408889634)
+
+
+@gluon.jit
+def _staged_slice_stats(ring, k, part, n_cols, offs, smoothing, layout: gl.constexpr,
+                        CHUNKS: gl.constexpr, SLOTS: gl.constexpr, BLOCK_N: gl.constexpr):
+    """(max, sum of exp(x - max), sum of x) over the program's slice of its row k, each chunk
+    waited for as it is needed (SLOTS + k * CHUNKS copies have been issued by then)."""
+    lanes: gl.constexpr = gl.SliceLayout(1, layout)
+    m = gl.full([BLOCK_N // 8], -1.0e30, gl.float32, lanes)  # finite: so is m * LOG2E
+    d = gl.zeros([BLOCK_N // 8], gl.float32, lanes)
+    sx = gl.zeros([BLOCK_N // 8], gl.float32, lanes)
+    for j in gl.static_range(CHUNKS):
+        cp.wait_group(SLOTS - 1 - j)
+        x = ring.index((k * CHUNKS + j) % SLOTS).load(layout).to(gl.float32)
+        room = n_cols - (part * CHUNKS + j) * BLOCK_N
+        if room < BLOCK_N:
+            x = gl.where(offs < room, x, float("-inf"))
+        # a max and a rescale per thread-row of 8: no barrier until the slice ends
+        m_new = gl.maximum(m, gl.max(x, axis=1))
+        m2 = m_new * LOG2E
+        d = d * _exp2(m * LOG2E - m2) + gl.sum(_exp2(x * LOG2E - gl.expand_dims(m2, 1)), axis=1)
+        if smoothing:
+            sx += gl.sum(gl.where(offs < room, x, 0.0), axis=1)
+        m = m_new
+    m_p = gl.max(m, axis=0)
+    return m_p, gl.sum(d * gl.exp(m - m_p), axis=0), gl.sum(sx, axis=0)
+
+
+@gluon.jit
+def _staged_exchange(STATS, COUNT, row, split, part, m_p, d_p, sx_p, smoothing,
+                     MAX_SPLIT: gl.constexpr):
+    """Publishes this program's statistics of `row`, waits for the other split - 1 programs
+    of its group, returns the row's (log-sum-exp, sum of x)."""
+    slot = STATS + (row * split + part) * 4
+    gl.store(slot, m_p)
+    gl.store(slot + 1, d_p)
+    gl.store(slot + 2, sx_p)
+    gl.thread_barrier()  # every store before the release, whichever thread made it
+    arrived = gl.atomic_add(COUNT + row, 1, sem="release", scope="gpu") + 1
+    while arrived < split:
+        arrived = gl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
+    gl.thread_barrier()
+    q = gl.arange(0, MAX_SPLIT, gl.BlockedLayout([1], [32], [gl.num_warps()], [0]))
+    mine = q < split
+    stats = STATS + (row * split + q) * 4
+    # .cg: from L2, where the other programs' stores are (this SM's L1 may hold stale lines)
+    ms = gl.load(stats, mask=mine, other=-1.0e30, cache_modifier=".cg")
+    ds = gl.load(stats + 1, mask=mine, other=0.0, cache_modifier=".cg")
+    big = gl.max(ms, axis=0)
+    lse = big + gl.log(gl.sum(ds * gl.exp(ms - big), axis=0))
+    sx = 0.0
+    if smoothing:
+        sx = gl.sum(gl.load(stats + 2, mask=mine, other=0.0, cache_modifier=".cg"), axis=0)
+    return lse, sx
+
+
+@gluon.jit
+def cross_entropy_fwd_staged(LOSS, ZLOSS, GRAD, LOGITS, TARGET, SCALES, ROW_SCALE, STATS,
+                             COUNT, n_rows, n_cols, stride_grad, stride_logits, ignore_index,
+                             label_smoothing, lse_square_scale, flags,
+                             BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
+                             SLOTS: gl.constexpr, PROGRAMS_PER_SM: gl.constexpr):
+    """cross_entropy_fwd with FEATURES=0 (the flags GRAD, MEAN, Z and ROW_SCALE; label
+    smoothing; ignore_index), each row read once (see the comment above). STATS holds 4 fp32
+    a (row, part), COUNT one zeroed int32 a row; the grid is a multiple of split = cdiv(n_cols,
+    CHUNKS * BLOCK_N) programs (PROGRAMS_PER_SM: the op's grid). GRAD may be LOGITS (in
+    place): a program writes only its own slice, after it has read it."""
+    gl.static_assert(SLOTS >= CHUNKS)
+    SLICE: gl.constexpr = CHUNKS * BLOCK_N
+    # a thread-row of 8 elements: one 16-byte copy, reduced in registers
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [32, 1], [gl.num_warps(), 1], [1, 0])
+    lanes: gl.constexpr = gl.SliceLayout(1, layout)
+    ring = gl.allocate_shared_memory(LOGITS.dtype.element_ty, [SLOTS, BLOCK_N // 8, 8],
+                                     gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    offs = gl.expand_dims(gl.arange(0, BLOCK_N // 8, lanes), 1) * 8 + \
+        gl.expand_dims(gl.arange(0, 8, gl.SliceLayout(0, layout)), 0)
+    has_grad = (flags & 1) != 0
+    mean = (flags & 2) != 0
+    store_z = (flags & 16) != 0
+    row_scaled = (flags & 128) != 0
+    eps = label_smoothing
+    smoothing = eps != 0.0
+    split = gl.cdiv(n_cols, SLICE)
+    n_groups = gl.num_programs(0) // split
+    group = gl.program_id(0) // split
+    part = gl.program_id(0) % split
+    for t in gl.static_range(SLOTS):
+        _staged_issue(ring, LOGITS, stride_logits, n_rows, n_cols, t, group, n_groups, part,
+                      offs, CHUNKS, SLOTS, BLOCK_N)
+    for k in range(gl.cdiv(n_rows - group, n_groups)):
+        row = group + k * n_groups
+        target = gl.load(TARGET + row)
+        ignored = target == ignore_index
+        in_range = (target >= 0) & (target < n_cols)
+        owner = gl.where(in_range, target // SLICE, 0)  # part 0 stores an ignored row's loss
+        # read before any program of the group writes the row (in place); pass 1 hides it
+        x_t = gl.load(LOGITS + row.to(gl.int64) * stride_logits + target,
+                      mask=in_range & (part == owner), other=0.0).to(gl.float32)
+        m_p, d_p, sx_p = _staged_slice_stats(ring, k, part, n_cols, offs, smoothing, layout,
+                                             CHUNKS, SLOTS, BLOCK_N)
+        lse = m_p + gl.log(d_p)  # an ignored row keeps its own: finite, gradient 0
+        sx = sx_p
+        if (split > 1) & (target != ignore_index):
+            lse, sx = _staged_exchange(STATS, COUNT, row, split, part, m_p, d_p, sx_p,
+                                       smoothing, MAX_STAGED_SPLIT)
+        if part == owner:
+            ce = (1.0 - eps) * (lse - x_t) + eps / n_cols * (n_cols * lse - sx)
+            gl.store(LOSS + row, gl.where(ignored, 0.0, ce))
+            if store_z:
+                gl.store(ZLOSS + row, gl.where(ignored, 0.0, lse_square_scale * lse * lse))
+        if has_grad:
+            k_row = gl.load(ROW_SCALE + row, mask=row_scaled, other=1.0)
+            k_ce = k_row * gl.load(SCALES, mask=mean, other=1.0)
+            k_z = k_row * gl.load(SCALES + 1, mask=mean, other=1.0)
+            a_coef = gl.where(ignored, 0.0, k_ce + 2.0 * k_z * lse_square_scale * lse)
+            t_coef = gl.where(ignored, 0.0, k_ce * (1.0 - eps))
+            s_coef = gl.where(ignored, 0.0, k_ce * eps / n_cols)
+            lse2 = lse * LOG2E
+            g_row = GRAD + row.to(gl.int64) * stride_grad
+            for j in gl.static_range(CHUNKS):
+                x = ring.index((k * CHUNKS + j) % SLOTS).load(layout).to(gl.float32)
+                # the slot is free once x is in registers: a later chunk streams in
+                _staged_issue(ring, LOGITS, stride_logits, n_rows, n_cols,
+                              k * CHUNKS + j + SLOTS, group, n_groups, part, offs, CHUNKS,
+                              SLOTS, BLOCK_N)
+                start = (part * CHUNKS + j) * BLOCK_N
+                g = a_coef * _exp2(x * LOG2E - lse2) - s_coef
+                if (target >= start) & (target < start + BLOCK_N):
+                    g = gl.where(offs == target - start, g - t_coef, g)
+                ptrs = g_row + start + offs
+                if start + BLOCK_N <= n_cols:
+                    gl.store(ptrs, g.to(GRAD.dtype.element_ty))
+                else:
+                    gl.store(ptrs, g.to(GRAD.dtype.element_ty), mask=offs < n_cols - start)
+        else:
+            for j in gl.static_range(CHUNKS):
+                _staged_issue(ring, LOGITS, stride_logits, n_rows, n_cols,
+                              k * CHUNKS + j + SLOTS, group, n_groups, part, offs, CHUNKS,
+                              SLOTS, BLOCK_N)
+    cp.wait_group(0)  # the ring's last copies (rows past the end) before the program exits

@@ -67,4 +67,55 @@ SCALE = KernelSpec(
     configs=(SCALE_CONFIG,), rule=lambda n_elements: SCALE_CONFIG,
 )
 
-SPECS = (FWD, SCALE)
+# The staged kernel (kernels.py, cross_entropy_fwd_staged): rows read once, in slices of
+# CHUNKS x BLOCK_N columns held in shared memory by groups of programs. Measured on an H200
+# (benchmarks/experiment_ce_staged.py, bf16, loss + gradient; docs/perf-notes.md, session 13):
+# small programs many an SM won, because each program's chunk loop waits at a barrier per
+# chunk (Gluon's, around the ring) and only other programs fill that time: 4 warps, 9 an SM,
+# 8 KB slices (8 x 1024 columns, ring of 11 chunks: 22.5 KB), 56 registers (ptxas's cap, or
+# it takes 255). 8192 x 128256: 1.22 ms (cross_entropy_fwd 1.41), 8192 x 256000: 2.47
+# (2.83). One config: the grid's programs must all be resident (see kernels.py), which this
+# one is on sm90 (9 x 23.5 KB of 228 KB, 9 x 128 x 56 of 64K registers).
+STAGED_CONFIG = Config({"BLOCK_N": 1024, "CHUNKS": 8, "SLOTS": 11, "PROGRAMS_PER_SM": 9},
+                       num_warps=4, maxnreg=56)
+STAGED_SLICE = STAGED_CONFIG.constexprs["CHUNKS"] * STAGED_CONFIG.constexprs["BLOCK_N"]
+MAX_STAGED_SPLIT = 32  # programs a row: up to 262144 columns
+# Row lengths that take the staged kernel (the op also needs sm90, 2-byte data in the aligned
+# class and no FEATURES=1 flag): measured from 128256 to 256000 columns. Below the range a row
+# is a few slices and the exchange is a larger share of the work (not measured yet).
+STAGED_MIN_COLS = 65536
+STAGED_MAX_COLS = MAX_STAGED_SPLIT * STAGED_SLICE
+STAGED_ARCHS = ("sm90",)
+STAGED_FLAGS = FLAG_GRAD | FLAG_MEAN | FLAG_Z | FLAG_ROW_SCALE  # what the staged kernel reads
+
+
+def staged_split(n_cols: int) -> int:
+    """Programs a row of the staged kernel."""
+    return -(-n_cols // STAGED_SLICE)
+
+
+def staged_grid(n_rows: int, n_cols: int, sm_count: int) -> tuple:
+    """(programs a row, programs): whole groups, at most PROGRAMS_PER_SM an SM, at most one
+    group a row."""
+    split = staged_split(n_cols)
+    groups = max(1, min(n_rows, STAGED_CONFIG.constexprs["PROGRAMS_PER_SM"] * sm_count // split))
+    return split, groups * split
+
+
+STAGED = KernelSpec(
+    name="cross_entropy_fwd_staged", family="cross_entropy",
+    function="cross_entropy_fwd_staged",
+    params=(Param("LOSS", "ptr", dtype="fp32"), Param("ZLOSS", "ptr", dtype="fp32"),
+            Param("GRAD", "ptr"), Param("LOGITS", "ptr"), Param("TARGET", "ptr", dtype="i64"),
+            Param("SCALES", "ptr", dtype="fp32"), Param("ROW_SCALE", "ptr", dtype="fp32"),
+            Param("STATS", "ptr", dtype="fp32"), Param("COUNT", "ptr", dtype="i32"),
+            Param("n_rows", "i32"), Param("n_cols", "i32", divisible=True),
+            Param("stride_grad", "i64", divisible=True),
+            Param("stride_logits", "i64", divisible=True),
+            Param("ignore_index", "i64"), Param("label_smoothing", "fp32"),
+            Param("lse_square_scale", "fp32"), Param("flags", "i32")),
+    dtypes=("bf16", "fp16"), align_classes=("a16",), archs=STAGED_ARCHS,
+    configs=(STAGED_CONFIG,), rule=lambda: STAGED_CONFIG,
+)
+
+SPECS = (FWD, SCALE, STAGED)

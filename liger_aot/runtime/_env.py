@@ -31,3 +31,11 @@ def cache_dir() -> str:
 def disabled_sources() -> set:
     """LIGER_AOT_IGNORE_CACHE=1 skips the local build cache (useful in tests)."""
     return {"cache"} if _flag("LIGER_AOT_IGNORE_CACHE") else set()
+
+
+def staged_cross_entropy() -> bool:
+    """LIGER_AOT_STAGED_CE=0 keeps cross entropy on its two-pass kernel everywhere (the
+    staged one needs all of its grid's programs resident at once: see
+    kernel_src/cross_entropy/kernels.py). Read once per device."""
+    return os.environ.get("LIGER_AOT_STAGED_CE", "1").strip().lower() not in (
+        "0", "false", "no", "off")

@@ -204,9 +204,10 @@ def scale_by_grad_output(OUT, GRAD, GRAD_OUTPUT, n_elements, n_cols, per_row, in
 # 128256 bf16: 1.41 -> 1.22 ms; docs/perf-notes.md, session 13).
 #
 # Waiting is safe because the grid is at most as many programs as the GPU holds at once
-# (spec.STAGED_PROGRAMS_PER_SM an SM, checked against the kernel's registers and shared
-# memory) and a group's programs have consecutive ids: CTAs start in id order, so whenever
-# one waits, the rest of its group is resident or next to start. The op uses this kernel only
+# (spec.STAGED_CONFIG's PROGRAMS_PER_SM an SM, checked against the kernel's registers and
+# shared memory by tests/test_staged_cross_entropy.py) and a group's programs have
+# consecutive ids: CTAs start in id order, so whenever one waits, the rest of its group is
+# resident or next to start. The op uses this kernel only
 # for bf16/fp16 rows in the aligned class on sm90 without the FEATURES=1 switches, and only
 # with COUNT zeroed.
 

@@ -163,9 +163,9 @@ def staged_applies(logits, flags, tensors, ints) -> bool:
     """Whether the staged kernel takes this launch: a gradient to write (the loss alone is
     one read for either kernel, and the two-pass one is faster at it: 0.69 against 0.95 ms at
     8192 x 128256 on an H200), a GPU whose arch it is built for (spec.STAGED_ARCHS), 2-byte
-    logits, row lengths in its measured range, none of the flags it does not implement, and
-    the aligned class (every pointer in `tensors` 16-byte aligned, every int in `ints` a
-    multiple of 16: its copies are 16-byte vectors)."""
+    logits, rows of spec.STAGED_MIN_COLS to STAGED_MAX_COLS, none of the flags it does not
+    implement, and the aligned class (every pointer in `tensors` 16-byte aligned, every int
+    in `ints` a multiple of 16: its copies are 16-byte vectors)."""
     if not flags & spec.FLAG_GRAD or flags & ~spec.STAGED_FLAGS:
         return False
     if logits.dtype not in _STAGED_DTYPES:

@@ -44,6 +44,7 @@ import torch  # noqa: E402
 
 from kernel_src.cross_entropy import spec  # noqa: E402
 from kernel_src.cross_entropy.kernels import cross_entropy_fwd_staged  # noqa: E402
+from kernel_src.spec import Config  # noqa: E402
 
 # BLOCK_N,CHUNKS,SLOTS,warps,per_sm,maxnreg: the library's config first, then its
 # neighbours of the session-13 sweep (more programs an SM won while they fit)
@@ -57,41 +58,38 @@ CONFIGS = (
 
 
 def parse_configs(text):
-    return tuple(tuple(map(int, item.split(","))) for item in text.split(";")) if text \
-        else CONFIGS
+    """'BLOCK_N,CHUNKS,SLOTS,warps,per_sm,maxnreg;...' (or CONFIGS) as Configs of the spec."""
+    items = [tuple(map(int, item.split(","))) for item in text.split(";")] if text else CONFIGS
+    return [Config({"BLOCK_N": block_n, "CHUNKS": chunks, "SLOTS": slots,
+                    "PROGRAMS_PER_SM": per_sm}, num_warps=warps, maxnreg=maxnreg)
+            for block_n, chunks, slots, warps, per_sm, maxnreg in items]
 
 
-def staged_call(loss, grad, logits, target, scales, cfg, sms):
+def staged_call(loss, grad, logits, target, scales, config, sms):
     """The staged kernel on one config through Gluon's JIT: reduction "mean", gradient."""
-    block_n, chunks, slots, warps, per_sm, maxnreg = cfg
     n_rows, n_cols = logits.shape
-    split = -(-n_cols // (block_n * chunks))
+    split, programs = spec.staged_grid(n_rows, n_cols, sms, config)
     if split > spec.MAX_STAGED_SPLIT:
         raise ValueError(f"{n_cols} columns need {split} programs a row, more than "
                          f"{spec.MAX_STAGED_SPLIT}")
-    programs = max(1, min(n_rows, per_sm * sms // split)) * split
     stats = torch.empty(n_rows * split * 4, device=logits.device, dtype=torch.float32)
     count = torch.zeros(n_rows, device=logits.device, dtype=torch.int32)
     cross_entropy_fwd_staged[(programs,)](
         loss, loss, grad, logits, target, scales, scales, stats, count, n_rows, n_cols,
         grad.stride(0), logits.stride(0), -100, 0.0, 0.0, spec.FLAG_GRAD | spec.FLAG_MEAN,
-        BLOCK_N=block_n, CHUNKS=chunks, SLOTS=slots, PROGRAMS_PER_SM=per_sm,
-        num_warps=warps, **({"maxnreg": maxnreg} if maxnreg else {}))
+        **config.constexprs, **config.compile_options())
 
 
 def compile_only(configs):
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-    from _sm90 import compile_sm90
-    from kernel_src.spec import Config
+    from _sm90 import compile_sm90, programs_fit
 
-    for block_n, chunks, slots, warps, per_sm, maxnreg in configs:
-        config = Config({"BLOCK_N": block_n, "CHUNKS": chunks, "SLOTS": slots,
-                         "PROGRAMS_PER_SM": per_sm}, num_warps=warps, maxnreg=maxnreg)
+    for config in configs:
         k = compile_sm90(spec.STAGED, [], config)
-        fits = (k["regs"] * 32 * warps * per_sm <= 65536
-                and (k["shared"] + 1024) * per_sm <= 233472)
+        per_sm = config.constexprs["PROGRAMS_PER_SM"]
         print(f"{config.tag}: regs {k['regs']}, local {k['local']} B, shared {k['shared']} B, "
-              f"{per_sm} an SM {'fit' if fits else 'DO NOT FIT'}", flush=True)
+              f"{per_sm} an SM {'fit' if programs_fit(k, config, per_sm) else 'DO NOT FIT'}",
+              flush=True)
 
 
 def main():
@@ -164,10 +162,10 @@ def main():
                     err, ms, status = float("nan"), float("nan"), f"{type(e).__name__}: {e}"
                     torch.cuda.synchronize()
                 row = {"vocab": vocab, "kernel": name, "config": "-" if cfg is None else
-                       ",".join(map(str, cfg)), "in_place": in_place, "ms": ms,
+                       cfg.tag, "in_place": in_place, "ms": ms,
                        "pct_floor": 100 * floor_ms / ms, "rel_err": err, "status": status[:200]}
                 rows.append(row)
-                print(f"V {vocab:6d} {name:8s} {row['config']:20s} in_place {int(in_place)} "
+                print(f"V {vocab:6d} {name:8s} {row['config']:56s} in_place {int(in_place)} "
                       f"{ms:7.3f} ms  {row['pct_floor']:5.1f}% of 1R+1W  err {err:.1e} "
                       f"{status[:120]}", flush=True)
     if args.out:

@@ -50,6 +50,13 @@ def compile_sm90(spec, options, config) -> dict:
     return json.loads(done.stdout)
 
 
+def programs_fit(kernel: dict, config, programs_per_sm: int) -> bool:
+    """Whether `programs_per_sm` programs of a compile_sm90 result fit an SM at once: its
+    registers (config.num_warps warps each) and shared memory (1 KB reserved a block)."""
+    return (kernel["regs"] * 32 * config.num_warps * programs_per_sm <= SM90_REGISTERS
+            and (kernel["shared"] + 1024) * programs_per_sm <= SM90_SHARED_PER_SM)
+
+
 def entry_params(ptx: str) -> int:
     """The number of parameters of the PTX's kernel entry."""
     entry = ptx[ptx.index(".entry"):]

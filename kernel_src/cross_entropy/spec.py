@@ -91,16 +91,17 @@ STAGED_ARCHS = ("sm90",)
 STAGED_FLAGS = FLAG_GRAD | FLAG_MEAN | FLAG_Z | FLAG_ROW_SCALE  # what the staged kernel reads
 
 
-def staged_split(n_cols: int) -> int:
-    """Programs a row of the staged kernel."""
-    return -(-n_cols // STAGED_SLICE)
+def staged_split(n_cols: int, config: Config = STAGED_CONFIG) -> int:
+    """Programs a row of the staged kernel on `config`."""
+    return -(-n_cols // (config.constexprs["CHUNKS"] * config.constexprs["BLOCK_N"]))
 
 
-def staged_grid(n_rows: int, n_cols: int, sm_count: int) -> tuple:
+def staged_grid(n_rows: int, n_cols: int, sm_count: int,
+                config: Config = STAGED_CONFIG) -> tuple:
     """(programs a row, programs): whole groups, at most PROGRAMS_PER_SM an SM, at most one
     group a row."""
-    split = staged_split(n_cols)
-    groups = max(1, min(n_rows, STAGED_CONFIG.constexprs["PROGRAMS_PER_SM"] * sm_count // split))
+    split = staged_split(n_cols, config)
+    groups = max(1, min(n_rows, config.constexprs["PROGRAMS_PER_SM"] * sm_count // split))
     return split, groups * split
 
 

@@ -295,11 +295,45 @@ def _staged_exchange(STATS, COUNT, row, split, part, m_p, d_p, sx_p, smoothing,
 
 
 @gluon.jit
+def _staged_exchange_tagged(WORDS, row, split, part, m_p, d_p, sx_p, smoothing,
+                            MAX_SPLIT: gl.constexpr):
+    """As _staged_exchange, without a fence or a counter: each program publishes its slice's
+    log-sum-exp (and sum of x) as a 64-bit word, 1 in the high half and the fp32 in the low
+    half, by one relaxed atomic exchange; WORDS is zeroed per call, so a word is valid on its
+    own once its high half is 1, and the program polls its group's words until all are."""
+    TAG: gl.constexpr = 1 << 32
+    slot = WORDS + (row * split + part) * 2
+    lse_p = m_p + gl.log(d_p)
+    gl.atomic_xchg(slot, lse_p.to(gl.uint32, bitcast=True).to(gl.int64) | TAG,
+                   sem="relaxed", scope="gpu")
+    if smoothing:
+        gl.atomic_xchg(slot + 1, sx_p.to(gl.uint32, bitcast=True).to(gl.int64) | TAG,
+                       sem="relaxed", scope="gpu")
+    q = gl.arange(0, MAX_SPLIT, gl.BlockedLayout([1], [32], [gl.num_warps()], [0]))
+    mine = q < split
+    words = WORDS + (row * split + q) * 2
+    w = gl.load(words, mask=mine, other=TAG, volatile=True)
+    while gl.min((w >> 32).to(gl.int32), axis=0) == 0:
+        w = gl.load(words, mask=mine, other=TAG, volatile=True)
+    lses = gl.where(mine, w.to(gl.uint32).to(gl.float32, bitcast=True), float("-inf"))
+    big = gl.max(lses, axis=0)
+    lse = big + gl.log(gl.sum(gl.exp(lses - big), axis=0))
+    sx = 0.0
+    if smoothing:
+        s = gl.load(words + 1, mask=mine, other=TAG, volatile=True)
+        while gl.min((s >> 32).to(gl.int32), axis=0) == 0:
+            s = gl.load(words + 1, mask=mine, other=TAG, volatile=True)
+        sx = gl.sum(gl.where(mine, s.to(gl.uint32).to(gl.float32, bitcast=True), 0.0), axis=0)
+    return lse, sx
+
+
+@gluon.jit
 def cross_entropy_fwd_staged(LOSS, ZLOSS, GRAD, LOGITS, TARGET, SCALES, ROW_SCALE, STATS,
                              COUNT, n_rows, n_cols, stride_grad, stride_logits, ignore_index,
                              label_smoothing, lse_square_scale, flags,
                              BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
-                             SLOTS: gl.constexpr, PROGRAMS_PER_SM: gl.constexpr):
+                             SLOTS: gl.constexpr, PROGRAMS_PER_SM: gl.constexpr,
+                             EXCHANGE: gl.constexpr = 1):
     """cross_entropy_fwd with FEATURES=0 (the flags GRAD, MEAN, Z and ROW_SCALE; label
     smoothing; ignore_index), each row read once (see the comment above). STATS holds 4 fp32
     a (row, part), COUNT one zeroed int32 a row; the grid is a multiple of split = cdiv(n_cols,
@@ -341,8 +375,12 @@ def cross_entropy_fwd_staged(LOSS, ZLOSS, GRAD, LOGITS, TARGET, SCALES, ROW_SCAL
         lse = m_p + gl.log(d_p)  # an ignored row keeps its own: finite, gradient 0
         sx = sx_p
         if (split > 1) & (target != ignore_index):
-            lse, sx = _staged_exchange(STATS, COUNT, row, split, part, m_p, d_p, sx_p,
-                                       smoothing, MAX_STAGED_SPLIT)
+            if EXCHANGE == 1:
+                lse, sx = _staged_exchange(STATS, COUNT, row, split, part, m_p, d_p, sx_p,
+                                           smoothing, MAX_STAGED_SPLIT)
+            elif EXCHANGE == 2:
+                lse, sx = _staged_exchange_tagged(STATS, row, split, part, m_p, d_p, sx_p,
+                                                  smoothing, MAX_STAGED_SPLIT)
         if part == owner:
             ce = (1.0 - eps) * (lse - x_t) + eps / n_cols * (n_cols * lse - sx)
             gl.store(LOSS + row, gl.where(ignored, 0.0, ce))

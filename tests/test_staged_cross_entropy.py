@@ -41,7 +41,9 @@ def test_compiles_for_sm90_within_its_grid():
     ptx = kernel["ptx"]
     assert "cp.async.cg.shared.global" in ptx and "cp.async.wait_group" in ptx
     assert "ex2.approx.ftz.f32" in ptx
-    assert "atom.global.gpu.release.add" in ptx and "ld.global.gpu.acquire" in ptx
+    # the exchange: tagged words written by relaxed atomics and polled, no fence
+    assert "atom.global.gpu.relaxed.exch.b64" in ptx and "ld.volatile.global.b64" in ptx
+    assert "membar" not in ptx and "fence" not in ptx and ".release" not in ptx
     assert entry_params(ptx) == len(spec.STAGED.type_string)
 
 
@@ -74,10 +76,12 @@ def sm90_device(monkeypatch):
     monkeypatch.setattr(ce_mod, "_staged_devices", {0: True, 1: False})
 
 
-def _applies(logits=None, flags=spec.FLAG_GRAD | spec.FLAG_MEAN, ptrs=(0, 256), ints=None):
+def _applies(logits=None, flags=spec.FLAG_GRAD | spec.FLAG_MEAN, ptrs=(0, 256), ints=None,
+             ignore_index=-100):
     logits = logits or _Fake()
     ints = ints if ints is not None else (logits.shape[1], logits.shape[1], logits.shape[1])
-    return ce_mod.staged_applies(logits, flags, [logits] + [_Fake(p) for p in ptrs], ints)
+    return ce_mod.staged_applies(logits, flags, [logits] + [_Fake(p) for p in ptrs], ints,
+                                 ignore_index)
 
 
 def test_staged_applies(sm90_device):
@@ -85,6 +89,7 @@ def test_staged_applies(sm90_device):
     assert _applies(flags=spec.FLAG_GRAD | spec.FLAG_Z | spec.FLAG_ROW_SCALE)  # z, "none"
     assert _applies(_Fake(dtype=torch.float16, shape=(1, spec.STAGED_MIN_COLS)))
     assert _applies(_Fake(shape=(1, spec.STAGED_MAX_COLS)))
+    assert _applies(ints=(128256, 2**31 - 16, 128256), ignore_index=-2**31)  # 32-bit limits
     refused = {
         "loss only": _applies(flags=spec.FLAG_MEAN | spec.FLAG_Z),
         "fp32": _applies(_Fake(dtype=torch.float32)),
@@ -98,6 +103,9 @@ def test_staged_applies(sm90_device):
         "token scaling": _applies(flags=spec.FLAG_TOKEN_SCALING),
         "unaligned pointer": _applies(ptrs=(0, 8)),
         "unaligned stride": _applies(ints=(128256, 128264, 128248)),
+        "64-bit stride": _applies(ints=(128256, 128256, 2**31)),
+        "64-bit ignore_index": _applies(ignore_index=2**31),
+        "64-bit negative ignore_index": _applies(ignore_index=-2**31 - 1),
     }
     assert not any(refused.values()), [k for k, v in refused.items() if v]
 

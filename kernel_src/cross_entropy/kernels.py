@@ -196,12 +196,14 @@ def scale_by_grad_output(OUT, GRAD, GRAD_OUTPUT, n_elements, n_cols, per_row, in
 # program `part` of the group owns columns [part * SLICE, (part + 1) * SLICE) of each. Its
 # slice streams through a ring of SLOTS >= CHUNKS shared-memory chunk buffers (cp.async, as
 # the staged norm forwards); pass 1 keeps an online max and sum a thread (one exp an element
-# plus one a thread-row of 8), then the program publishes (max, sum, sum of x) to its slot of
-# STATS, bumps the row's COUNT (release) and waits until all `split` have arrived (acquire):
-# the log-sum-exp. Pass 2 writes the slice's gradient from shared memory, refilling each slot
+# plus one a thread-row of 8), then the program publishes its slice's log-sum-exp (and sum of
+# x) to its words of STATS and polls the group's words until all `split` are there: the row's
+# log-sum-exp. Pass 2 writes the slice's gradient from shared memory, refilling each slot
 # with a later chunk as soon as its values are in registers. The program that owns the
 # target's column stores the loss. Two passes of HBM traffic instead of three (H200, 8192 x
-# 128256 bf16: 1.41 -> 1.22 ms; docs/perf-notes.md, session 13).
+# 128256 bf16: 1.41 -> 1.22 ms, session 13; 1.19 with the tagged words of session 14, which
+# replaced an arrival counter whose release fence waited for the program's outstanding
+# memory operations: docs/perf-notes.md).
 #
 # Waiting is safe because the grid is at most as many programs as the GPU holds at once
 # (spec.STAGED_CONFIG's PROGRAMS_PER_SM an SM, checked against the kernel's registers and
@@ -209,7 +211,7 @@ def scale_by_grad_output(OUT, GRAD, GRAD_OUTPUT, n_elements, n_cols, per_row, in
 # consecutive ids: CTAs start in id order, so whenever one waits, the rest of its group is
 # resident or next to start. The op uses this kernel only
 # for bf16/fp16 rows in the aligned class on sm90 without the FEATURES=1 switches, and only
-# with COUNT zeroed.
+# with STATS zeroed.
 
 @gluon.jit
 def _staged_issue(ring, LOGITS, stride, n_rows, n_cols, t, group, n_groups, part, offs,
@@ -267,43 +269,17 @@ def _staged_slice_stats(ring, k, part, n_cols, offs, smoothing, layout: gl.const
 
 
 @gluon.jit
-def _staged_exchange(STATS, COUNT, row, split, part, m_p, d_p, sx_p, smoothing,
+def _staged_exchange(WORDS, row, split, part, lse_p, sx_p, smoothing,
                      MAX_SPLIT: gl.constexpr):
-    """Publishes this program's statistics of `row`, waits for the other split - 1 programs
-    of its group, returns the row's (log-sum-exp, sum of x)."""
-    slot = STATS + (row * split + part) * 4
-    gl.store(slot, m_p)
-    gl.store(slot + 1, d_p)
-    gl.store(slot + 2, sx_p)
-    gl.thread_barrier()  # every store before the release, whichever thread made it
-    arrived = gl.atomic_add(COUNT + row, 1, sem="release", scope="gpu") + 1
-    while arrived < split:
-        arrived = gl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
-    gl.thread_barrier()
-    q = gl.arange(0, MAX_SPLIT, gl.BlockedLayout([1], [32], [gl.num_warps()], [0]))
-    mine = q < split
-    stats = STATS + (row * split + q) * 4
-    # .cg: from L2, where the other programs' stores are (this SM's L1 may hold stale lines)
-    ms = gl.load(stats, mask=mine, other=-1.0e30, cache_modifier=".cg")
-    ds = gl.load(stats + 1, mask=mine, other=0.0, cache_modifier=".cg")
-    big = gl.max(ms, axis=0)
-    lse = big + gl.log(gl.sum(ds * gl.exp(ms - big), axis=0))
-    sx = 0.0
-    if smoothing:
-        sx = gl.sum(gl.load(stats + 2, mask=mine, other=0.0, cache_modifier=".cg"), axis=0)
-    return lse, sx
-
-
-@gluon.jit
-def _staged_exchange_tagged(WORDS, row, split, part, m_p, d_p, sx_p, smoothing,
-                            MAX_SPLIT: gl.constexpr):
-    """As _staged_exchange, without a fence or a counter: each program publishes its slice's
-    log-sum-exp (and sum of x) as a 64-bit word, 1 in the high half and the fp32 in the low
-    half, by one relaxed atomic exchange; WORDS is zeroed per call, so a word is valid on its
-    own once its high half is 1, and the program polls its group's words until all are."""
+    """Publishes this program's statistics of `row` (its slice's log-sum-exp and sum of x),
+    waits for the other split - 1 programs
+    of its group, returns the row's (log-sum-exp, sum of x). Each statistic is a 64-bit word,
+    1 in the high half and the fp32 in the low half, written by one relaxed atomic exchange;
+    WORDS is zeroed per call, so a word is valid on its own once its high half is 1, and no
+    fence is needed (a release would wait for the program's outstanding gradient stores and
+    copies: 8% of the kernel's time at 8192 x 128256)."""
     TAG: gl.constexpr = 1 << 32
     slot = WORDS + (row * split + part) * 2
-    lse_p = m_p + gl.log(d_p)
     gl.atomic_xchg(slot, lse_p.to(gl.uint32, bitcast=True).to(gl.int64) | TAG,
                    sem="relaxed", scope="gpu")
     if smoothing:
@@ -329,16 +305,15 @@ def _staged_exchange_tagged(WORDS, row, split, part, m_p, d_p, sx_p, smoothing,
 
 @gluon.jit
 def cross_entropy_fwd_staged(LOSS, ZLOSS, GRAD, LOGITS, TARGET, SCALES, ROW_SCALE, STATS,
-                             COUNT, n_rows, n_cols, stride_grad, stride_logits, ignore_index,
+                             n_rows, n_cols, stride_grad, stride_logits, ignore_index,
                              label_smoothing, lse_square_scale, flags,
                              BLOCK_N: gl.constexpr, CHUNKS: gl.constexpr,
-                             SLOTS: gl.constexpr, PROGRAMS_PER_SM: gl.constexpr,
-                             EXCHANGE: gl.constexpr = 1):
+                             SLOTS: gl.constexpr, PROGRAMS_PER_SM: gl.constexpr):
     """cross_entropy_fwd with FEATURES=0 (the flags GRAD, MEAN, Z and ROW_SCALE; label
-    smoothing; ignore_index), each row read once (see the comment above). STATS holds 4 fp32
-    a (row, part), COUNT one zeroed int32 a row; the grid is a multiple of split = cdiv(n_cols,
-    CHUNKS * BLOCK_N) programs (PROGRAMS_PER_SM: the op's grid). GRAD may be LOGITS (in
-    place): a program writes only its own slice, after it has read it."""
+    smoothing; ignore_index), each row read once (see the comment above). STATS holds 2
+    zeroed int64 words a (row, part) (_staged_exchange); the grid is a multiple of split =
+    cdiv(n_cols, CHUNKS * BLOCK_N) programs (PROGRAMS_PER_SM: the op's grid). GRAD may be
+    LOGITS (in place): a program writes only its own slice, after it has read it."""
     gl.static_assert(SLOTS >= CHUNKS)
     SLICE: gl.constexpr = CHUNKS * BLOCK_N
     # a thread-row of 8 elements: one 16-byte copy, reduced in registers
@@ -375,12 +350,8 @@ def cross_entropy_fwd_staged(LOSS, ZLOSS, GRAD, LOGITS, TARGET, SCALES, ROW_SCAL
         lse = m_p + gl.log(d_p)  # an ignored row keeps its own: finite, gradient 0
         sx = sx_p
         if (split > 1) & (target != ignore_index):
-            if EXCHANGE == 1:
-                lse, sx = _staged_exchange(STATS, COUNT, row, split, part, m_p, d_p, sx_p,
-                                           smoothing, MAX_STAGED_SPLIT)
-            elif EXCHANGE == 2:
-                lse, sx = _staged_exchange_tagged(STATS, row, split, part, m_p, d_p, sx_p,
-                                                  smoothing, MAX_STAGED_SPLIT)
+            lse, sx = _staged_exchange(STATS, row, split, part, lse, sx_p, smoothing,
+                                       MAX_STAGED_SPLIT)
         if part == owner:
             ce = (1.0 - eps) * (lse - x_t) + eps / n_cols * (n_cols * lse - sx)
             gl.store(LOSS + row, gl.where(ignored, 0.0, ce))

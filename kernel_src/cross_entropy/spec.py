@@ -111,11 +111,14 @@ STAGED = KernelSpec(
     params=(Param("LOSS", "ptr", dtype="fp32"), Param("ZLOSS", "ptr", dtype="fp32"),
             Param("GRAD", "ptr"), Param("LOGITS", "ptr"), Param("TARGET", "ptr", dtype="i64"),
             Param("SCALES", "ptr", dtype="fp32"), Param("ROW_SCALE", "ptr", dtype="fp32"),
-            Param("STATS", "ptr", dtype="fp32"), Param("COUNT", "ptr", dtype="i32"),
+            Param("STATS", "ptr", dtype="i64"),
             Param("n_rows", "i32"), Param("n_cols", "i32", divisible=True),
-            Param("stride_grad", "i64", divisible=True),
-            Param("stride_logits", "i64", divisible=True),
-            Param("ignore_index", "i64"), Param("label_smoothing", "fp32"),
+            # 32-bit strides and ignore_index (the op checks that they fit): with 64-bit ones
+            # the sm90 SASS of STAGED_CONFIG has 3160 instructions against 2888, and the
+            # kernel ran 1.258 against 1.173 ms in the op (H200, 8192 x 128256, session 14)
+            Param("stride_grad", "i32", divisible=True),
+            Param("stride_logits", "i32", divisible=True),
+            Param("ignore_index", "i32"), Param("label_smoothing", "fp32"),
             Param("lse_square_scale", "fp32"), Param("flags", "i32")),
     dtypes=("bf16", "fp16"), align_classes=("a16",), archs=STAGED_ARCHS,
     configs=(STAGED_CONFIG,), rule=lambda: STAGED_CONFIG,

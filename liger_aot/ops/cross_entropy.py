@@ -139,13 +139,12 @@ def launch_rows(loss_rows, z_rows, acc_rows, grad, logits, target, weight, scale
     scales = dummy if scales is None else scales
     row_scale = dummy if row_scale is None else row_scale
     if staged_applies(logits, flags, (loss_rows, z_rows, grad, target, scales, row_scale),
-                      (n_cols, stride_grad, stride_logits)):
+                      (n_cols, stride_grad, stride_logits), ignore_index):
         device = logits.get_device()
         split, programs = spec.staged_grid(n_rows, n_cols, multiprocessor_count(device))
-        stats = torch.empty(n_rows * split * 4, dtype=torch.float32, device=logits.device)
-        count = torch.zeros(n_rows, dtype=torch.int32, device=logits.device)
+        stats = torch.zeros(n_rows * split * 2, dtype=torch.int64, device=logits.device)
         _staged.launch((programs,), loss_rows, z_rows, grad, logits, target, scales, row_scale,
-                       stats, count, n_rows, n_cols, stride_grad, stride_logits, ignore_index,
+                       stats, n_rows, n_cols, stride_grad, stride_logits, ignore_index,
                        label_smoothing, lse_square_scale, flags, dtype=logits.dtype,
                        config=spec.STAGED_CONFIG)
         return
@@ -159,14 +158,17 @@ def launch_rows(loss_rows, z_rows, acc_rows, grad, logits, target, weight, scale
                 dtype=logits.dtype, config=config, options=(("FEATURES", features),))
 
 
-def staged_applies(logits, flags, tensors, ints) -> bool:
+def staged_applies(logits, flags, tensors, ints, ignore_index) -> bool:
     """Whether the staged kernel takes this launch: a gradient to write (the loss alone is
     one read for either kernel, and the two-pass one is faster at it: 0.69 against 0.95 ms at
     8192 x 128256 on an H200), a GPU whose arch it is built for (spec.STAGED_ARCHS), 2-byte
     logits, rows of spec.STAGED_MIN_COLS to STAGED_MAX_COLS, none of the flags it does not
     implement, and the aligned class (every pointer in `tensors` 16-byte aligned, every int
-    in `ints` a multiple of 16: its copies are 16-byte vectors)."""
+    in `ints` a multiple of 16: its copies are 16-byte vectors). Its strides (in `ints`) and
+    ignore_index are 32-bit."""
     if not flags & spec.FLAG_GRAD or flags & ~spec.STAGED_FLAGS:
+        return False
+    if not -2**31 <= ignore_index < 2**31 or max(ints) >= 2**31:
         return False
     if logits.dtype not in _STAGED_DTYPES:
         return False

@@ -105,3 +105,39 @@ def finish_ring():
     """Waits for the ring's last copies (zero-filled rows past the program's end) before the
     program exits."""
     cp.wait_group(0)
+
+
+# -- rows split over a group of programs ---------------------------------------------------
+#
+# The staged cross-entropy and the grouped norm backward split each row over a group of
+# persistent programs, a column slice each, which share a partial value a row (a
+# log-sum-exp, a dot). Each value travels as a 64-bit word, WORD_TAG in the high half and
+# the fp32's bits in the low half, written by one relaxed atomic exchange into a buffer the
+# op zeroed: a word is valid on its own once its high half is set, so no fence orders it
+# (a release would wait for the program's outstanding stores and copies: 8% of the staged
+# cross-entropy's time, H200, docs/perf-notes.md session 14). The readers poll. That is safe
+# only while every program of a group is resident: the kernels' grids are at most what the
+# GPU holds at once, and a group's programs have consecutive ids.
+WORD_TAG = gl.constexpr(1 << 32)
+
+
+@gluon.jit
+def publish_word(WORDS, index, value):
+    """WORDS[index] = the tagged word of fp32 `value` (WORDS int64, zeroed by the op)."""
+    gl.atomic_xchg(WORDS + index, value.to(gl.uint32, bitcast=True).to(gl.int64) | WORD_TAG,
+                   sem="relaxed", scope="gpu")
+
+
+@gluon.jit
+def collect_words(WORDS, first, stride, count, MAX_COUNT: gl.constexpr):
+    """(values, live): the fp32 values of WORDS[first + i * stride] for i < count, as a
+    [MAX_COUNT] tensor (live marks i < count; the other lanes hold 0.0), once all of them are
+    published. Every warp polls on its own; none reads another's registers."""
+    i = gl.arange(0, MAX_COUNT, gl.BlockedLayout([MAX_COUNT // 32], [32], [gl.num_warps()],
+                                                 [0]))
+    live = i < count
+    ptrs = WORDS + first + i * stride
+    words = gl.load(ptrs, mask=live, other=WORD_TAG, volatile=True)
+    while gl.min((words >> 32).to(gl.int32), axis=0) == 0:
+        words = gl.load(ptrs, mask=live, other=WORD_TAG, volatile=True)
+    return gl.where(live, words.to(gl.uint32).to(gl.float32, bitcast=True), 0.0), live

@@ -1,6 +1,6 @@
 """Compiles one variant for sm90 in a child process (this one may run Triton's interpreter,
 which Gluon cannot use) and reports what ptxas made of it: shared memory, registers, local
-memory (spills) and the PTX. Shared by the staged kernels' tests."""
+memory, stack (where ptxas's spills go) and the PTX. Shared by the staged kernels' tests."""
 import json
 import os
 import subprocess
@@ -33,7 +33,9 @@ with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
     usage = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
 print(json.dumps({"shared": kernel.metadata.shared, "ptx": kernel.asm["ptx"],
                   "regs": int(re.search(r"REG:(\\d+)", usage).group(1)),
-                  "local": int(re.search(r"LOCAL:(\\d+)", usage).group(1))}))
+                  "local": int(re.search(r"LOCAL:(\\d+)", usage).group(1)),
+                  # ptxas's spills show here (as STL/LDL in the SASS), not under LOCAL
+                  "stack": int(re.search(r"STACK:(\\d+)", usage).group(1))}))
 """
 
 SM90_SHARED_PER_BLOCK = 232448  # bytes: 227 KB a block

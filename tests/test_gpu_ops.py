@@ -140,6 +140,44 @@ def test_staged_norm_forwards(name, bucket, hidden, dtype):
     assert tuning.bucket_key(mod._fwd.spec, (hidden,)).startswith(f"n_cols={bucket}")
 
 
+GROUPED_CASES = [  # (rows, hidden, dtype, casting, offset, in_place)
+    (4096, 16384, torch.bfloat16, "llama", 0.0, False),
+    (2048, 32768, torch.float16, "gemma", 1.0, True),
+    (1024, 65536, torch.bfloat16, "none", 0.0, False),
+    (7, 65536, torch.bfloat16, "llama", 0.0, True),  # fewer rows than groups
+    (3000, 20480, torch.bfloat16, "llama", 0.0, False),  # 10 programs a row
+]
+
+
+@pytest.mark.parametrize("rows,hidden,dtype,casting,offset,in_place", GROUPED_CASES,
+                         ids=[f"{r}x{h}-{str(d)[6:]}-{c}-{o}-{'in' if i else 'out'}"
+                              for r, h, d, c, o, i in GROUPED_CASES])
+def test_grouped_rms_norm_backward(monkeypatch, rows, hidden, dtype, casting, offset,
+                                   in_place):
+    """The grouped backward (kernel_src/rms_norm/kernels.py: rms_norm_bwd_grouped, rows split
+    over groups of programs that exchange their dot) through the op against float64: dx and
+    dw, every casting mode, an offset, in place; the launch is the grouped one."""
+    from liger_aot.ops import rms_norm as rms_mod
+
+    launches = []
+    grouped_launch = rms_mod._bwd_grouped.launch
+    monkeypatch.setattr(rms_mod._bwd_grouped, "launch",
+                        lambda *a, **k: launches.append(a[0]) or grouped_launch(*a, **k))
+    x = torch.randn(rows, hidden, device=DEV, dtype=dtype)
+    w = (1 + 0.1 * torch.randn(hidden, device=DEV)).to(dtype)
+    g = torch.randn(rows, hidden, device=DEV, dtype=dtype)
+    x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
+    (x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-6) * (offset + w64)).backward(
+        g.double())
+    xl, wl = x.clone().requires_grad_(), w.clone().requires_grad_()
+    rms_mod.rms_norm(xl, wl, 1e-6, offset, casting, in_place=in_place).backward(g.clone())
+    limit = 2e-2 if dtype == torch.bfloat16 else 5e-3
+    assert rel(xl.grad, x64.grad) < limit and rel(wl.grad, w64.grad) < limit
+    assert xl.grad.dtype == dtype and wl.grad.dtype == dtype
+    split = hidden // rms_mod.spec.GROUPED_CONFIG.constexprs["BLOCK_N"]
+    assert len(launches) == 1 and launches[0][0] % split == 0, launches
+
+
 @pytest.mark.parametrize("hidden", [1024, 4096, 8192, 32768])
 def test_norm_weight_grad_sums(hidden):
     """The whole-row and interleaved (32768) norm backwards sum the weight (and bias)

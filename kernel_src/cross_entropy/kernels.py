@@ -41,6 +41,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
 
 from . import spec
+from .. import staged_rows
 
 MAX_STAGED_SPLIT = gl.constexpr(spec.MAX_STAGED_SPLIT)
 
@@ -271,35 +272,21 @@ def _staged_slice_stats(ring, k, part, n_cols, offs, smoothing, layout: gl.const
 @gluon.jit
 def _staged_exchange(WORDS, row, split, part, lse_p, sx_p, smoothing,
                      MAX_SPLIT: gl.constexpr):
-    """Publishes this program's statistics of `row` (its slice's log-sum-exp and sum of x),
-    waits for the other split - 1 programs
-    of its group, returns the row's (log-sum-exp, sum of x). Each statistic is a 64-bit word,
-    1 in the high half and the fp32 in the low half, written by one relaxed atomic exchange;
-    WORDS is zeroed per call, so a word is valid on its own once its high half is 1, and no
-    fence is needed (a release would wait for the program's outstanding gradient stores and
-    copies: 8% of the kernel's time at 8192 x 128256)."""
-    TAG: gl.constexpr = 1 << 32
-    slot = WORDS + (row * split + part) * 2
-    gl.atomic_xchg(slot, lse_p.to(gl.uint32, bitcast=True).to(gl.int64) | TAG,
-                   sem="relaxed", scope="gpu")
+    """Publishes this program's statistics of `row` (its slice's log-sum-exp and sum of x) as
+    tagged words (staged_rows.publish_word: 2 a (row, part) in WORDS), waits for the other
+    split - 1 programs of its group, returns the row's (log-sum-exp, sum of x)."""
+    slot = (row * split + part) * 2
+    staged_rows.publish_word(WORDS, slot, lse_p)
     if smoothing:
-        gl.atomic_xchg(slot + 1, sx_p.to(gl.uint32, bitcast=True).to(gl.int64) | TAG,
-                       sem="relaxed", scope="gpu")
-    q = gl.arange(0, MAX_SPLIT, gl.BlockedLayout([1], [32], [gl.num_warps()], [0]))
-    mine = q < split
-    words = WORDS + (row * split + q) * 2
-    w = gl.load(words, mask=mine, other=TAG, volatile=True)
-    while gl.min((w >> 32).to(gl.int32), axis=0) == 0:
-        w = gl.load(words, mask=mine, other=TAG, volatile=True)
-    lses = gl.where(mine, w.to(gl.uint32).to(gl.float32, bitcast=True), float("-inf"))
+        staged_rows.publish_word(WORDS, slot + 1, sx_p)
+    lses, live = staged_rows.collect_words(WORDS, row * split * 2, 2, split, MAX_SPLIT)
+    lses = gl.where(live, lses, float("-inf"))
     big = gl.max(lses, axis=0)
     lse = big + gl.log(gl.sum(gl.exp(lses - big), axis=0))
     sx = 0.0
     if smoothing:
-        s = gl.load(words + 1, mask=mine, other=TAG, volatile=True)
-        while gl.min((s >> 32).to(gl.int32), axis=0) == 0:
-            s = gl.load(words + 1, mask=mine, other=TAG, volatile=True)
-        sx = gl.sum(gl.where(mine, s.to(gl.uint32).to(gl.float32, bitcast=True), 0.0), axis=0)
+        sxs, _ = staged_rows.collect_words(WORDS, row * split * 2 + 1, 2, split, MAX_SPLIT)
+        sx = gl.sum(sxs, axis=0)
     return lse, sx
 
 

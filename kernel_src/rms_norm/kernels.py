@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
 
 from . import spec
 from .. import staged_rows
@@ -33,6 +34,7 @@ DRES_MAX_BLOCK_N = tl.constexpr(spec.DRES_MAX_BLOCK_N)
 # the column programs' tile in the interleaved backward (the op sizes the grid with it)
 SUM_BLOCK_M = tl.constexpr(spec.SUM_BLOCK_M)
 SUM_BLOCK_N = tl.constexpr(spec.SUM_BLOCK_N)
+MAX_GROUPED_SPLIT = gl.constexpr(spec.MAX_GROUPED_SPLIT)  # programs a row, grouped backward
 
 
 @triton.jit
@@ -456,3 +458,107 @@ def rms_norm_fwd_staged(Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, 
             cols = j * BLOCK_N + offs
             gl.store(y_row + cols, y.to(Y.dtype.element_ty), mask=cols < n_cols)
     staged_rows.finish_ring()
+
+
+# -- grouped backward (Gluon, sm90): rows split over a group of programs ------------------
+#
+# The backwards of long rows read x and dy twice (looped) or pair row programs with column
+# programs (interleaved): 53-74% of copy from 16K columns on an H200. Here a group of split =
+# n_cols / BLOCK_N persistent programs takes rows g, g + n_groups, ...; program `part` owns
+# the columns [part * BLOCK_N, (part + 1) * BLOCK_N) of every row of its group, so its slice
+# of w and of the dw sum stay in registers for the whole kernel, and its slice of x and dy
+# streams through a ring of SLOTS row slices in shared memory (cp.async), read from HBM once.
+# A row's dot sum(dy * w' * x) is the sum of the group's shares, exchanged as tagged words
+# (staged_rows.publish_word); the exchange runs a row behind: pass 1 of row k + 1 (its share
+# published) comes before pass 2 of row k collects row k's, so the group's stragglers have a
+# row's time to arrive. At the end each program adds its dw slice into a zeroed fp32 row, and
+# the last of the n_groups programs of each slice writes it in W's dtype. H200, 2^26 bf16
+# elements: 85% of copy at 16K-64K columns against 70 / 59 / 55% (docs/perf-notes.md,
+# session 14). The op takes it (rms_norm.py: grouped_applies) for plain RMSNorm backwards of
+# 2-byte data on sm90 in the aligned class, n_cols a multiple of BLOCK_N, outside torch's
+# deterministic mode; its grid fits the GPU at once (tests/test_grouped_norm_backward.py).
+
+@gluon.jit
+def _issue_pair(ring_x, ring_dy, X, DY, stride_x, stride_dy, n_rows, t, group, n_groups, cols,
+                SLOTS: gl.constexpr):
+    """Row t of the program's sequence (row group + t * n_groups): its slices of x and dy
+    into slot t % SLOTS, one cp.async group; rows past n_rows are zero-filled, not read."""
+    row = group + t * n_groups
+    live = row < n_rows
+    cp.async_copy_global_to_shared(ring_x.index(t % SLOTS),
+                                   X + row.to(gl.int64) * stride_x + cols, mask=live)
+    cp.async_copy_global_to_shared(ring_dy.index(t % SLOTS),
+                                   DY + row.to(gl.int64) * stride_dy + cols, mask=live)
+    cp.commit_group()
+
+
+@gluon.jit
+def _dot_share(ring_x, ring_dy, slot, w, layout: gl.constexpr):
+    """This program's share of a row's sum(dy * w' * x), from the ring."""
+    x = ring_x.index(slot).load(layout).to(gl.float32)
+    dy = ring_dy.index(slot).load(layout).to(gl.float32)
+    return gl.sum(dy * w * x, axis=0)
+
+
+@gluon.jit
+def rms_norm_bwd_grouped(DX, DW_SUM, DW, SYNC, WORDS, DY, X, W, RSTD, n_rows, n_cols,
+                         stride_dx, stride_dy, stride_x, offset, CASTING: gl.constexpr,
+                         BLOCK_N: gl.constexpr, SLOTS: gl.constexpr,
+                         PROGRAMS_PER_SM: gl.constexpr):
+    """rms_norm_bwd's function (no dres) on the grouped layout (see above): dx = rstd * (dy*w'
+    - x*rstd^2*mean(dy*w'*x)), dw = sum over rows of dy * xhat. DW_SUM (n_cols fp32), SYNC
+    (split int32) and WORDS (n_rows * split int64) zeroed by the op; DX may be DY. The grid is
+    whole groups, all resident (PROGRAMS_PER_SM: the op's grid)."""
+    gl.static_assert(SLOTS >= 3)  # rows k and k + 1 held, one more streaming in
+    layout: gl.constexpr = gl.BlockedLayout([8], [32], [gl.num_warps()], [0])
+    ring_x = gl.allocate_shared_memory(X.dtype.element_ty, [SLOTS, BLOCK_N],
+                                       staged_rows.RING_LAYOUT)
+    ring_dy = gl.allocate_shared_memory(DY.dtype.element_ty, [SLOTS, BLOCK_N],
+                                        staged_rows.RING_LAYOUT)
+    split = n_cols // BLOCK_N
+    n_groups = gl.num_programs(0) // split
+    group = gl.program_id(0) // split
+    part = gl.program_id(0) % split
+    cols = part * BLOCK_N + gl.arange(0, BLOCK_N, layout)
+    for t in gl.static_range(SLOTS):
+        _issue_pair(ring_x, ring_dy, X, DY, stride_x, stride_dy, n_rows, t, group, n_groups,
+                    cols, SLOTS)
+    w = gl.load(W + cols).to(gl.float32) + offset
+    dw = gl.zeros([BLOCK_N], gl.float32, layout)
+    n_mine = gl.cdiv(n_rows - group, n_groups)
+    cp.wait_group(SLOTS - 1)  # row 0 of the group (groups <= n_rows: there is one)
+    dot = _dot_share(ring_x, ring_dy, 0, w, layout)
+    if split > 1:
+        staged_rows.publish_word(WORDS, group * split + part, dot)
+    for k in range(n_mine):
+        row = group + k * n_groups
+        rstd = gl.load(RSTD + row)
+        # pass 1 of row k + 1: SLOTS + k copies issued, rows k and k + 1 complete
+        cp.wait_group(SLOTS - 2)
+        dot_next = _dot_share(ring_x, ring_dy, (k + 1) % SLOTS, w, layout)
+        if (split > 1) & (k + 1 < n_mine):
+            staged_rows.publish_word(WORDS, (row + n_groups) * split + part, dot_next)
+        if split > 1:
+            shares, _ = staged_rows.collect_words(WORDS, row * split, 1, split,
+                                                  MAX_GROUPED_SPLIT)
+            dot = gl.sum(shares, axis=0)
+        # pass 2 of row k, its slot then refilled with row k + SLOTS
+        x = ring_x.index(k % SLOTS).load(layout).to(gl.float32)
+        dy = ring_dy.index(k % SLOTS).load(layout).to(gl.float32)
+        _issue_pair(ring_x, ring_dy, X, DY, stride_x, stride_dy, n_rows, k + SLOTS, group,
+                    n_groups, cols, SLOTS)
+        dx = rstd * (dy * w - x * (rstd * rstd * dot / n_cols))
+        gl.store(DX + row.to(gl.int64) * stride_dx + cols, dx.to(DX.dtype.element_ty))
+        if CASTING == 0:
+            dw += dy * _round_staged(x * rstd, X)
+        else:
+            dw += dy * (x * rstd)
+        dot = dot_next
+    cp.wait_group(0)  # the ring's last copies (rows past the end)
+    gl.atomic_add(DW_SUM + cols, dw, sem="relaxed", scope="gpu")
+    gl.thread_barrier()  # every thread's adds before the one release below
+    ticket = gl.atomic_add(SYNC + part, 1, sem="acq_rel", scope="gpu")
+    if ticket == n_groups - 1:
+        # the slice's last program: .cg reads the totals at L2, where the adds were made
+        total = gl.load(DW_SUM + cols, cache_modifier=".cg")
+        gl.store(DW + cols, total.to(DW.dtype.element_ty))

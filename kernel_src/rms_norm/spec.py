@@ -121,4 +121,44 @@ BWD = KernelSpec(
     configs=BWD_CONFIGS, rule=select_bwd_config,
 )
 
-SPECS = (FWD, BWD)
+# The grouped backward (kernels.py, rms_norm_bwd_grouped): rows split over groups of
+# programs, BLOCK_N columns each, every row read once. Measured on an H200 (benchmarks/
+# experiment_norm_bwd_staged.py, bf16, 2^26 elements, dx and dw; docs/perf-notes.md, session
+# 14): 4-warp programs 8 an SM with 2048-column slices and 3 ring slots (24 KB; 64 registers,
+# no spills) ran 16K / 32K / 64K columns at 85.0 / 84.9 / 84.8% of copy, the library's
+# backwards 70 / 59 / 55%. One config: the grid's programs must all be resident.
+GROUPED_CONFIG = Config({"BLOCK_N": 2048, "SLOTS": 3, "PROGRAMS_PER_SM": 8}, num_warps=4,
+                        maxnreg=64)
+MAX_GROUPED_SPLIT = 32  # programs a row: up to 65536 columns
+# Row lengths that take it (the op also needs sm90, 2-byte data in the aligned class, no
+# residual gradient and torch's deterministic mode off): multiples of BLOCK_N from 16K, where
+# the library's other backwards fall under 80%, to 64K, the longest timed.
+GROUPED_MIN_COLS = 16384
+GROUPED_MAX_COLS = MAX_GROUPED_SPLIT * GROUPED_CONFIG.constexprs["BLOCK_N"]
+GROUPED_ARCHS = ("sm90",)
+
+
+def grouped_grid(n_rows: int, n_cols: int, sm_count: int,
+                 config: Config = GROUPED_CONFIG) -> tuple:
+    """(programs a row, programs) of the grouped backward: whole groups, at most
+    PROGRAMS_PER_SM an SM, at most one group a row."""
+    split = n_cols // config.constexprs["BLOCK_N"]
+    groups = max(1, min(n_rows, config.constexprs["PROGRAMS_PER_SM"] * sm_count // split))
+    return split, groups * split
+
+
+BWD_GROUPED = KernelSpec(
+    name="rms_norm_bwd_grouped", family="rms_norm", function="rms_norm_bwd_grouped",
+    params=(Param("DX", "ptr"), Param("DW_SUM", "ptr", dtype="fp32"), Param("DW", "ptr"),
+            Param("SYNC", "ptr", dtype="i32"), Param("WORDS", "ptr", dtype="i64"),
+            Param("DY", "ptr"), Param("X", "ptr"), Param("W", "ptr"),
+            Param("RSTD", "ptr", dtype="fp32"), Param("n_rows", "i32"),
+            Param("n_cols", "i32", divisible=True),
+            Param("stride_dx", "i32", divisible=True), Param("stride_dy", "i32", divisible=True),
+            Param("stride_x", "i32", divisible=True), Param("offset", "fp32")),
+    options={"CASTING": (0, 1, 2)},
+    dtypes=("bf16", "fp16"), align_classes=("a16",), archs=GROUPED_ARCHS,
+    configs=(GROUPED_CONFIG,), rule=lambda: GROUPED_CONFIG,
+)
+
+SPECS = (FWD, BWD, BWD_GROUPED)

@@ -143,6 +143,29 @@ def weight_grad_buffers(config, rows: int, n: int, grid: NormBackwardGrid, count
     return partials, (placeholder,) * count, partials[0], 0
 
 
+def device_runs(cache: dict, device_index: int, archs, enabled) -> bool:
+    """Whether the GPU `device_index` takes a kernel built only for `archs` (e.g. the staged
+    cross-entropy): its arch is one of them and the kernel's switch `enabled()` (an env
+    reader) is on. Cached per device in `cache`."""
+    runs = cache.get(device_index)
+    if runs is None:
+        from liger_aot.runtime.device import device_arch
+
+        runs = cache[device_index] = enabled() and device_arch(device_index)[0] in archs
+    return runs
+
+
+def aligned16(tensors, ints) -> bool:
+    """Every pointer 16-byte aligned and every int a multiple of 16: the aligned class
+    ("a16"), which the Gluon kernels' 16-byte copies need."""
+    bits = 0
+    for t in tensors:
+        bits |= t.data_ptr()
+    for n in ints:
+        bits |= n
+    return not bits & 15
+
+
 @functools.lru_cache(maxsize=None)
 def multiprocessor_count(device_index: int) -> int:
     if device_index < 0:

@@ -37,8 +37,8 @@ from torch.autograd.function import once_differentiable
 from liger_aot.kernel_src.cross_entropy import spec
 from liger_aot.runtime import Kernel
 
-from ._common import (check_float, check_same_device, check_tensor, graph_retained,
-                      last_dim_contiguous, multiprocessor_count)
+from ._common import (aligned16, check_float, check_same_device, check_tensor, device_runs,
+                      graph_retained, last_dim_contiguous, multiprocessor_count)
 
 _fwd = Kernel(spec.FWD)
 _scale = Kernel(spec.SCALE)
@@ -177,23 +177,13 @@ def staged_applies(logits, flags, tensors, ints, ignore_index) -> bool:
     device = logits.get_device()
     if device < 0 or not _staged_device(device):
         return False
-    bits = 0
-    for t in tensors:
-        bits |= t.data_ptr()
-    for n in ints:
-        bits |= n
-    return not bits & 15
+    return aligned16(tensors, ints)
 
 
 def _staged_device(device: int) -> bool:
-    runs = _staged_devices.get(device)
-    if runs is None:
-        from liger_aot.runtime._env import staged_cross_entropy
-        from liger_aot.runtime.device import device_arch
+    from liger_aot.runtime._env import staged_cross_entropy
 
-        runs = _staged_devices[device] = (staged_cross_entropy()
-                                          and device_arch(device)[0] in spec.STAGED_ARCHS)
-    return runs
+    return device_runs(_staged_devices, device, spec.STAGED_ARCHS, staged_cross_entropy)
 
 
 def kernel_flags(*, grad=False, mean=False, weight=False, softcap=False, z=False,

@@ -6,6 +6,11 @@ def _flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def _switch(name: str) -> bool:
+    """A switch that is on unless set to 0 / false / no / off."""
+    return os.environ.get(name, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
 def strict() -> bool:
     """LIGER_AOT_STRICT=1: a missing variant is an error, never a JIT compile."""
     return _flag("LIGER_AOT_STRICT")
@@ -37,5 +42,11 @@ def staged_cross_entropy() -> bool:
     """LIGER_AOT_STAGED_CE=0 keeps cross entropy on its two-pass kernel everywhere (the
     staged one needs all of its grid's programs resident at once: see
     kernel_src/cross_entropy/kernels.py). Read once per device."""
-    return os.environ.get("LIGER_AOT_STAGED_CE", "1").strip().lower() not in (
-        "0", "false", "no", "off")
+    return _switch("LIGER_AOT_STAGED_CE")
+
+
+def grouped_norm_backward() -> bool:
+    """LIGER_AOT_GROUPED_NORM_BWD=0 keeps RMSNorm backwards off the grouped kernel (which,
+    like the staged cross-entropy, needs all of its grid's programs resident at once: see
+    kernel_src/rms_norm/kernels.py). Read once per device."""
+    return _switch("LIGER_AOT_GROUPED_NORM_BWD")

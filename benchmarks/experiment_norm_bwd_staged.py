@@ -47,9 +47,105 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
+from triton.experimental import gluon  # noqa: E402
+from triton.experimental.gluon import language as gl  # noqa: E402
+from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp  # noqa: E402
+
+from kernel_src import staged_rows  # noqa: E402
 from kernel_src.rms_norm import spec  # noqa: E402
-from kernel_src.spec import Config  # noqa: E402
 from kernel_src.rms_norm.kernels import rms_norm_bwd_grouped  # noqa: E402
+from kernel_src.spec import Config, grouped_grid  # noqa: E402
+
+LN_MAX_SPLIT = gl.constexpr(32)
+
+
+# LayerNorm's grouped backward, experiment only (session 14; not in the library: see the
+# docstring). The layout of rms_norm_bwd_grouped (kernel_src/rms_norm/kernels.py, which
+# explains it):
+# program `part` of a group of split = n_cols / BLOCK_N owns a column slice of every row of
+# its group, holds its slices of w, dw and db in registers, streams x and dy through a ring,
+# and the row's two sums sum(g * xhat) and sum(g) (g = dy * w) are the group's shares,
+# exchanged as two tagged words a (row, part), a row behind.
+
+@gluon.jit
+def _row_shares(ring_x, ring_dy, slot, w, mean, rstd, layout: gl.constexpr):
+    """This program's shares of a row's sum(g * xhat) and sum(g), from the ring."""
+    x = ring_x.index(slot).load(layout).to(gl.float32)
+    g = ring_dy.index(slot).load(layout).to(gl.float32) * w
+    return gl.sum(g * ((x - mean) * rstd), axis=0), gl.sum(g, axis=0)
+
+
+@gluon.jit
+def layer_norm_bwd_grouped(DX, DW_SUM, DB_SUM, DW, DB, SYNC, WORDS, DY, X, W, MEAN, RSTD,
+                           n_rows, n_cols, stride_dx, stride_dy, stride_x,
+                           BLOCK_N: gl.constexpr, SLOTS: gl.constexpr,
+                           PROGRAMS_PER_SM: gl.constexpr):
+    """layer_norm_bwd's function on the grouped layout: dx = rstd * (g - mean(g) - xhat *
+    mean(g * xhat)), dw = sum over rows of dy * xhat, db = sum of dy. DW_SUM and DB_SUM
+    (n_cols fp32 each), SYNC (split int32) and WORDS (2 * n_rows * split int64) zeroed by the
+    op. The grid is whole groups, all resident (PROGRAMS_PER_SM: the op's grid)."""
+    gl.static_assert(SLOTS >= 3)  # rows k and k + 1 held, one more streaming in
+    layout: gl.constexpr = gl.BlockedLayout([8], [32], [gl.num_warps()], [0])
+    ring_x = gl.allocate_shared_memory(X.dtype.element_ty, [SLOTS, BLOCK_N],
+                                       staged_rows.RING_LAYOUT)
+    ring_dy = gl.allocate_shared_memory(DY.dtype.element_ty, [SLOTS, BLOCK_N],
+                                        staged_rows.RING_LAYOUT)
+    split = n_cols // BLOCK_N
+    n_groups = gl.num_programs(0) // split
+    group = gl.program_id(0) // split
+    part = gl.program_id(0) % split
+    cols = part * BLOCK_N + gl.arange(0, BLOCK_N, layout)
+    for t in gl.static_range(SLOTS):
+        staged_rows.issue_pair(ring_x, ring_dy, X, DY, stride_x, stride_dy, n_rows, t, group,
+                               n_groups, cols, SLOTS)
+    w = gl.load(W + cols).to(gl.float32)
+    dw = gl.zeros([BLOCK_N], gl.float32, layout)
+    db = gl.zeros([BLOCK_N], gl.float32, layout)
+    n_mine = gl.cdiv(n_rows - group, n_groups)
+    mean = gl.load(MEAN + group)
+    rstd = gl.load(RSTD + group)
+    cp.wait_group(SLOTS - 1)  # row 0 of the group (groups <= n_rows: there is one)
+    s_gx, s_g = _row_shares(ring_x, ring_dy, 0, w, mean, rstd, layout)
+    if split > 1:
+        staged_rows.publish_word(WORDS, (group * split + part) * 2, s_gx)
+        staged_rows.publish_word(WORDS, (group * split + part) * 2 + 1, s_g)
+    for k in range(n_mine):
+        row = group + k * n_groups
+        nxt = row + n_groups
+        mean_next = gl.load(MEAN + nxt, mask=nxt < n_rows, other=0.0)
+        rstd_next = gl.load(RSTD + nxt, mask=nxt < n_rows, other=0.0)
+        # pass 1 of row k + 1: SLOTS + k copies issued, rows k and k + 1 complete
+        cp.wait_group(SLOTS - 2)
+        n_gx, n_g = _row_shares(ring_x, ring_dy, (k + 1) % SLOTS, w, mean_next, rstd_next,
+                                layout)
+        if (split > 1) & (k + 1 < n_mine):
+            staged_rows.publish_word(WORDS, (nxt * split + part) * 2, n_gx)
+            staged_rows.publish_word(WORDS, (nxt * split + part) * 2 + 1, n_g)
+        if split > 1:
+            shares, _ = staged_rows.collect_words(WORDS, row * split * 2, 2, split,
+                                                  LN_MAX_SPLIT)
+            s_gx = gl.sum(shares, axis=0)
+            shares, _ = staged_rows.collect_words(WORDS, row * split * 2 + 1, 2, split,
+                                                  LN_MAX_SPLIT)
+            s_g = gl.sum(shares, axis=0)
+        # pass 2 of row k, its slot then refilled with row k + SLOTS
+        x = ring_x.index(k % SLOTS).load(layout).to(gl.float32)
+        dy = ring_dy.index(k % SLOTS).load(layout).to(gl.float32)
+        staged_rows.issue_pair(ring_x, ring_dy, X, DY, stride_x, stride_dy, n_rows, k + SLOTS,
+                               group, n_groups, cols, SLOTS)
+        xhat = (x - mean) * rstd
+        dx = rstd * (dy * w - s_g / n_cols - xhat * (s_gx / n_cols))
+        gl.store(DX + row.to(gl.int64) * stride_dx + cols, dx.to(DX.dtype.element_ty))
+        dw += dy * xhat
+        db += dy
+        s_gx, s_g, mean, rstd = n_gx, n_g, mean_next, rstd_next
+    cp.wait_group(0)  # the ring's last copies (rows past the end)
+    gl.atomic_add(DW_SUM + cols, dw, sem="relaxed", scope="gpu")
+    gl.atomic_add(DB_SUM + cols, db, sem="relaxed", scope="gpu")
+    if staged_rows.last_of_slice(SYNC, part, n_groups):
+        staged_rows.write_total(DW_SUM, DW, cols)
+        staged_rows.write_total(DB_SUM, DB, cols)
+
 
 # the library's config first, then neighbours of the session-14 sweep
 CONFIGS = "2048,3,4,8,64;2048,3,4,7,72;2048,3,4,6,80;4096,3,8,3,80;1024,6,4,8,64"
@@ -119,6 +215,7 @@ def main():
     parser.add_argument("--configs", default=CONFIGS,
                         help="'BLOCK_N,SLOTS,warps,per_sm,maxnreg;...' (default: the "
                              "library's config and four neighbours)")
+    parser.add_argument("--op", choices=("rms_norm", "layer_norm"), default="rms_norm")
     parser.add_argument("--compile-only", action="store_true")
     args = parser.parse_args()
     configs = parse_configs(args.configs)
@@ -127,8 +224,14 @@ def main():
         return
     from triton.testing import do_bench
 
+    import torch.nn.functional as F
+
     from _gpu import copy_bandwidth
+    from liger_aot.ops import layer_norm as ln_mod
     from liger_aot.ops import rms_norm as rms_mod
+
+    max_split = spec.MAX_GROUPED_SPLIT if args.op == "rms_norm" else LN_MAX_SPLIT.value
+    kernel = rms_norm_bwd_grouped if args.op == "rms_norm" else layer_norm_bwd_grouped
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     bw = copy_bandwidth()
@@ -153,48 +256,61 @@ def main():
         dy = torch.randn(m, n, device="cuda", dtype=torch.bfloat16, generator=gen)
         w = (1 + 0.1 * torch.randn(n, device="cuda", generator=gen)).to(torch.bfloat16)
         xf, wf, dyf = x.float().requires_grad_(), w.float().requires_grad_(), dy.float()
-        rstd = torch.rsqrt(xf.detach().pow(2).mean(1) + 1e-6)
-        (xf * rstd[:, None] * wf).backward(dyf)
-        ref_dx, ref_dw = xf.grad, wf.grad
+        bf = torch.zeros(n, device="cuda", requires_grad=True)
+        mean = xf.detach().mean(1)
+        if args.op == "rms_norm":
+            rstd = torch.rsqrt(xf.detach().pow(2).mean(1) + 1e-6)
+            (xf * rstd[:, None] * wf).backward(dyf)
+        else:
+            rstd = torch.rsqrt((xf.detach() - mean[:, None]).pow(2).mean(1) + 1e-6)
+            F.layer_norm(xf, (n,), wf, bf, 1e-6).backward(dyf)
+        refs = [xf.grad, wf.grad] + ([bf.grad] if args.op == "layer_norm" else [])
         floor_ms = 3 * m * n * 2 / bw * 1e3
 
-        def err(dx, dw):
-            return max(((dx.float() - ref_dx).norm() / ref_dx.norm()).item(),
-                       ((dw.float() - ref_dw).norm() / ref_dw.norm()).item())
+        def err(*grads):
+            return max(((g.float() - r).norm() / r.norm()).item() for g, r in zip(grads, refs))
 
         def library():
-            return rms_mod._backward(dy, x, w, rstd, 0.0, 0)
+            if args.op == "rms_norm":
+                return rms_mod._backward(dy, x, w, rstd, 0.0, 0)
+            return ln_mod.layer_norm_backward(dy, x, w, mean, rstd)
+
+        sums = 1 if args.op == "rms_norm" else 2  # dw (and db)
+
+        def buffers(split):
+            """dx, then the kernel's sums, outputs, counters and words (zeroed)."""
+            return ([torch.empty_like(x)]
+                    + [torch.zeros(n, device="cuda", dtype=torch.float32) for _ in range(sums)]
+                    + [torch.empty_like(w) for _ in range(sums)]
+                    + [torch.zeros(split, device="cuda", dtype=torch.int32),
+                       torch.zeros(m * split * sums, device="cuda", dtype=torch.int64)])
+
+        def args_of(bufs):
+            stats = (rstd,) if args.op == "rms_norm" else (mean, rstd)
+            tail = (0.0,) if args.op == "rms_norm" else ()
+            return (*bufs, dy, x, w, *stats, m, n, n, n, n, *tail)
 
         runs = [("library", None, library)]
         for c in configs:
             split = n // c["BLOCK_N"]
-            if n % c["BLOCK_N"] or split > spec.MAX_GROUPED_SPLIT:
+            if n % c["BLOCK_N"] or split > max_split:
                 continue
-            _, programs = spec.grouped_grid(m, n, sms, Config(constexprs(c)))
-            launch = dict(CASTING=0, **constexprs(c), num_warps=c["warps"],
-                          maxnreg=c["maxnreg"])
+            _, programs = grouped_grid(m, n, sms, Config(constexprs(c)))
+            launch = dict(**constexprs(c), num_warps=c["warps"], maxnreg=c["maxnreg"])
+            if args.op == "rms_norm":
+                launch["CASTING"] = 0
 
             def grouped(split=split, programs=programs, launch=launch):
-                dx = torch.empty_like(x)
-                dw = torch.empty_like(w)
-                dw_sum = torch.zeros(n, device="cuda", dtype=torch.float32)
-                sync = torch.zeros(split, device="cuda", dtype=torch.int32)
-                words = torch.zeros(m * split, device="cuda", dtype=torch.int64)
-                rms_norm_bwd_grouped[(programs,)](
-                    dx, dw_sum, dw, sync, words, dy, x, w, rstd, m, n, dx.stride(0),
-                    dy.stride(0), x.stride(0), 0.0, **launch)
-                return dx, dw
-            runs.append((f"grouped {tag(c)}", (c, launch), grouped))
+                bufs = buffers(split)
+                kernel[(programs,)](*args_of(bufs), **launch)
+                return (bufs[0], *bufs[1 + sums:1 + 2 * sums])  # dx, dw (and db)
+            runs.append((f"grouped {tag(c)}", (c, launch, split), grouped))
         for name, c, fn in runs:
             try:
                 if c is not None:  # all resident, or the exchange could wait forever
-                    c, launch = c
-                    sync = torch.zeros(1, device="cuda", dtype=torch.int32)
-                    words = torch.zeros(1, device="cuda", dtype=torch.int64)
+                    c, launch, split = c
                     # the call's own argument types and values: the same specialization
-                    k = rms_norm_bwd_grouped.warmup(
-                        x, rstd, w, sync, words, dy, x, w, rstd, m, n, n, n, n, 0.0, **launch,
-                        grid=(1,))
+                    k = kernel.warmup(*args_of(buffers(split)), **launch, grid=(1,))
                     k._init_handles()  # loads the binary: n_regs is known from then on
                     if not fits(k.n_regs, k.metadata.shared, c):
                         raise RuntimeError(f"not resident: {k.n_regs} registers, "

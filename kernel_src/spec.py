@@ -69,6 +69,15 @@ class Config:
         return options
 
 
+def grouped_grid(n_rows: int, n_cols: int, sm_count: int, config: Config) -> tuple:
+    """(programs a row, programs) of a grouped norm backward (rms_norm/kernels.py,
+    rms_norm_bwd_grouped, n_cols a multiple of BLOCK_N): whole groups, at most
+    PROGRAMS_PER_SM an SM, at most one group a row."""
+    split = n_cols // config.constexprs["BLOCK_N"]
+    groups = max(1, min(n_rows, config.constexprs["PROGRAMS_PER_SM"] * sm_count // split))
+    return split, groups * split
+
+
 # Staged configs: the norm forwards' Gluon kernels (<function>_staged in the family's
 # kernels.py, kernel_src/staged_rows.py), which stream each row once through a ring of
 # STAGES chunk buffers in shared memory. Their configs are their Triton twin's (persistent

@@ -141,3 +141,35 @@ def collect_words(WORDS, first, stride, count, MAX_COUNT: gl.constexpr):
     while gl.min((words >> 32).to(gl.int32), axis=0) == 0:
         words = gl.load(ptrs, mask=live, other=WORD_TAG, volatile=True)
     return gl.where(live, words.to(gl.uint32).to(gl.float32, bitcast=True), 0.0), live
+
+
+@gluon.jit
+def issue_pair(ring_a, ring_b, A, B, stride_a, stride_b, n_rows, t, group, n_groups, cols,
+               SLOTS: gl.constexpr):
+    """Row t of a grouped program's sequence (row group + t * n_groups): its slices `cols` of
+    A and B (x and dy) into slot t % SLOTS of their rings, one cp.async group; rows past
+    n_rows are zero-filled, not read."""
+    row = group + t * n_groups
+    live = row < n_rows
+    cp.async_copy_global_to_shared(ring_a.index(t % SLOTS),
+                                   A + row.to(gl.int64) * stride_a + cols, mask=live)
+    cp.async_copy_global_to_shared(ring_b.index(t % SLOTS),
+                                   B + row.to(gl.int64) * stride_b + cols, mask=live)
+    cp.commit_group()
+
+
+@gluon.jit
+def last_of_slice(SYNC, part, arrivals):
+    """Counts this program in SYNC[part] (zeroed by the op) after its atomic adds into a
+    slice's sums; whether it is the last of the `arrivals` programs of that slice, which
+    then sees every program's adds (acq_rel) and writes the totals (write_total)."""
+    gl.thread_barrier()  # every thread's adds before the one release
+    return gl.atomic_add(SYNC + part, 1, sem="acq_rel", scope="gpu") == arrivals - 1
+
+
+@gluon.jit
+def write_total(ACC, OUT, cols):
+    """OUT[cols] = the fp32 sums ACC[cols] in OUT's dtype (.cg: read at L2, where the atomic
+    adds were made)."""
+    total = gl.load(ACC + cols, cache_modifier=".cg")
+    gl.store(OUT + cols, total.to(OUT.dtype.element_ty))

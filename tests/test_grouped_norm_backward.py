@@ -13,6 +13,7 @@ import torch
 from _sm90 import SM90_SHARED_PER_BLOCK, compile_sm90, entry_params, programs_fit
 from liger_aot.kernel_src import is_gluon, triton_function
 from liger_aot.kernel_src.rms_norm import spec
+from liger_aot.kernel_src.spec import grouped_grid
 from liger_aot.ops import rms_norm as rms_mod
 
 CONFIG = spec.GROUPED_CONFIG
@@ -51,7 +52,7 @@ def test_compiles_for_sm90_within_its_grid(casting):
                                            (3, 65536), (1, 16384), (5000, 20480)])
 def test_grouped_grid(n_rows, n_cols):
     sms = 132
-    split, programs = spec.grouped_grid(n_rows, n_cols, sms)
+    split, programs = grouped_grid(n_rows, n_cols, sms, CONFIG)
     assert split == n_cols // BLOCK_N <= spec.MAX_GROUPED_SPLIT
     assert programs % split == 0 and programs <= PER_SM * sms
     assert 1 <= programs // split <= n_rows  # no group without a row
@@ -134,3 +135,20 @@ def test_cpu_calls_take_the_other_backwards():
     (x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-6) * w64).sum().backward()
     for got, want in ((x.grad, x64.grad), (w.grad, w64.grad)):
         assert ((got.double() - want).norm() / want.norm()).item() < 2e-2
+
+
+@pytest.mark.parametrize("n,split,sums", [(16384, 8, 1), (65536, 32, 1), (20480, 10, 2)])
+def test_grouped_backward_buffers(n, split, sums):
+    from liger_aot.ops._common import grouped_backward_buffers
+
+    rows = 7
+    sum_rows, sync, words = grouped_backward_buffers(rows, n, split, sums, "cpu")
+    parts = list(sum_rows) + [sync, words]
+    assert [r.shape for r in sum_rows] == [(n,)] * sums and all(
+        r.dtype == torch.float32 for r in sum_rows)
+    assert sync.shape == (split,) and sync.dtype == torch.int32
+    assert words.shape == (rows * split * sums,) and words.dtype == torch.int64
+    assert all(p.data_ptr() % 16 == 0 for p in parts)  # the aligned class
+    assert all(not p.any() for p in parts)  # zeroed
+    ends = sorted((p.data_ptr(), p.data_ptr() + p.numel() * p.element_size()) for p in parts)
+    assert all(a[1] <= b[0] for a, b in zip(ends, ends[1:]))  # no overlap

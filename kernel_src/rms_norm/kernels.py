@@ -479,20 +479,6 @@ def rms_norm_fwd_staged(Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, 
 # deterministic mode; its grid fits the GPU at once (tests/test_grouped_norm_backward.py).
 
 @gluon.jit
-def _issue_pair(ring_x, ring_dy, X, DY, stride_x, stride_dy, n_rows, t, group, n_groups, cols,
-                SLOTS: gl.constexpr):
-    """Row t of the program's sequence (row group + t * n_groups): its slices of x and dy
-    into slot t % SLOTS, one cp.async group; rows past n_rows are zero-filled, not read."""
-    row = group + t * n_groups
-    live = row < n_rows
-    cp.async_copy_global_to_shared(ring_x.index(t % SLOTS),
-                                   X + row.to(gl.int64) * stride_x + cols, mask=live)
-    cp.async_copy_global_to_shared(ring_dy.index(t % SLOTS),
-                                   DY + row.to(gl.int64) * stride_dy + cols, mask=live)
-    cp.commit_group()
-
-
-@gluon.jit
 def _dot_share(ring_x, ring_dy, slot, w, layout: gl.constexpr):
     """This program's share of a row's sum(dy * w' * x), from the ring."""
     x = ring_x.index(slot).load(layout).to(gl.float32)
@@ -521,8 +507,8 @@ def rms_norm_bwd_grouped(DX, DW_SUM, DW, SYNC, WORDS, DY, X, W, RSTD, n_rows, n_
     part = gl.program_id(0) % split
     cols = part * BLOCK_N + gl.arange(0, BLOCK_N, layout)
     for t in gl.static_range(SLOTS):
-        _issue_pair(ring_x, ring_dy, X, DY, stride_x, stride_dy, n_rows, t, group, n_groups,
-                    cols, SLOTS)
+        staged_rows.issue_pair(ring_x, ring_dy, X, DY, stride_x, stride_dy, n_rows, t, group,
+                               n_groups, cols, SLOTS)
     w = gl.load(W + cols).to(gl.float32) + offset
     dw = gl.zeros([BLOCK_N], gl.float32, layout)
     n_mine = gl.cdiv(n_rows - group, n_groups)
@@ -545,8 +531,8 @@ def rms_norm_bwd_grouped(DX, DW_SUM, DW, SYNC, WORDS, DY, X, W, RSTD, n_rows, n_
         # pass 2 of row k, its slot then refilled with row k + SLOTS
         x = ring_x.index(k % SLOTS).load(layout).to(gl.float32)
         dy = ring_dy.index(k % SLOTS).load(layout).to(gl.float32)
-        _issue_pair(ring_x, ring_dy, X, DY, stride_x, stride_dy, n_rows, k + SLOTS, group,
-                    n_groups, cols, SLOTS)
+        staged_rows.issue_pair(ring_x, ring_dy, X, DY, stride_x, stride_dy, n_rows, k + SLOTS,
+                               group, n_groups, cols, SLOTS)
         dx = rstd * (dy * w - x * (rstd * rstd * dot / n_cols))
         gl.store(DX + row.to(gl.int64) * stride_dx + cols, dx.to(DX.dtype.element_ty))
         if CASTING == 0:
@@ -556,9 +542,5 @@ def rms_norm_bwd_grouped(DX, DW_SUM, DW, SYNC, WORDS, DY, X, W, RSTD, n_rows, n_
         dot = dot_next
     cp.wait_group(0)  # the ring's last copies (rows past the end)
     gl.atomic_add(DW_SUM + cols, dw, sem="relaxed", scope="gpu")
-    gl.thread_barrier()  # every thread's adds before the one release below
-    ticket = gl.atomic_add(SYNC + part, 1, sem="acq_rel", scope="gpu")
-    if ticket == n_groups - 1:
-        # the slice's last program: .cg reads the totals at L2, where the adds were made
-        total = gl.load(DW_SUM + cols, cache_modifier=".cg")
-        gl.store(DW + cols, total.to(DW.dtype.element_ty))
+    if staged_rows.last_of_slice(SYNC, part, n_groups):
+        staged_rows.write_total(DW_SUM, DW, cols)

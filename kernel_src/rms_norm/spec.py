@@ -138,15 +138,6 @@ GROUPED_MAX_COLS = MAX_GROUPED_SPLIT * GROUPED_CONFIG.constexprs["BLOCK_N"]
 GROUPED_ARCHS = ("sm90",)
 
 
-def grouped_grid(n_rows: int, n_cols: int, sm_count: int,
-                 config: Config = GROUPED_CONFIG) -> tuple:
-    """(programs a row, programs) of the grouped backward: whole groups, at most
-    PROGRAMS_PER_SM an SM, at most one group a row."""
-    split = n_cols // config.constexprs["BLOCK_N"]
-    groups = max(1, min(n_rows, config.constexprs["PROGRAMS_PER_SM"] * sm_count // split))
-    return split, groups * split
-
-
 BWD_GROUPED = KernelSpec(
     name="rms_norm_bwd_grouped", family="rms_norm", function="rms_norm_bwd_grouped",
     params=(Param("DX", "ptr"), Param("DW_SUM", "ptr", dtype="fp32"), Param("DW", "ptr"),

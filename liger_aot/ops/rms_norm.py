@@ -8,15 +8,16 @@ from typing import Optional
 import torch
 
 from liger_aot.kernel_src.rms_norm import spec
+from liger_aot.kernel_src.spec import grouped_grid
 from liger_aot.runtime import Kernel
 
-from ._common import (aligned16, block_grid, check_float, check_same_device,
-                      check_same_dtype, check_same_shape, device_runs, multiprocessor_count,
-                      norm_backward_grid, row_stride, rows_view, weight_grad_buffers)
+from ._common import (block_grid, check_float, check_same_device, check_same_dtype,
+                      check_same_shape, grouped_backward_applies, grouped_backward_buffers,
+                      multiprocessor_count, norm_backward_grid, row_stride, rows_view,
+                      weight_grad_buffers)
 
 _fwd = Kernel(spec.FWD)
 _bwd_grouped = Kernel(spec.BWD_GROUPED)
-_GROUPED_DTYPES = (torch.bfloat16, torch.float16)
 _grouped_devices = {}  # device index -> whether its arch runs the grouped backward
 _bwd = Kernel(spec.BWD)
 
@@ -109,40 +110,23 @@ def _backward(dy, s2, weight, rstd, offset, casting, dres=None, in_place=False,
 
 def grouped_applies(dy2, s2, weight, rstd) -> bool:
     """Whether the grouped backward (kernels.py: rms_norm_bwd_grouped, each row read once)
-    takes a plain RMSNorm backward: a GPU whose arch it is built for (spec.GROUPED_ARCHS),
-    2-byte data, rows of a multiple of its slice from GROUPED_MIN_COLS to GROUPED_MAX_COLS,
-    the aligned class (16-byte pointers, strides a multiple of 16, 32-bit), and torch's
-    deterministic mode off (its dw sums are atomic adds)."""
-    rows, n = s2.shape
-    if s2.dtype not in _GROUPED_DTYPES or dy2.dtype != s2.dtype or weight.dtype != s2.dtype:
-        return False
-    if not (spec.GROUPED_MIN_COLS <= n <= spec.GROUPED_MAX_COLS
-            and n % spec.GROUPED_CONFIG.constexprs["BLOCK_N"] == 0) or rows == 0:
-        return False
-    device = s2.get_device()
-    if device < 0 or torch.are_deterministic_algorithms_enabled():
-        return False
+    takes a plain RMSNorm backward (see _common.grouped_backward_applies)."""
     from liger_aot.runtime._env import grouped_norm_backward
 
-    if not device_runs(_grouped_devices, device, spec.GROUPED_ARCHS, grouped_norm_backward):
-        return False
-    strides = (row_stride(dy2), row_stride(s2))
-    return max(strides) < 2**31 and aligned16((dy2, s2, weight, rstd), strides)
+    return weight.dtype == s2.dtype and grouped_backward_applies(
+        spec, _grouped_devices, grouped_norm_backward, s2, dy2, (weight, rstd))
 
 
 def _grouped_backward(dy2, s2, weight, rstd, offset, casting, in_place, need_dw):
     rows, n = s2.shape
     dx = dy2 if in_place and dy2.is_contiguous() else torch.empty_like(s2)
-    split, programs = spec.grouped_grid(rows, n, multiprocessor_count(s2.get_device()))
-    # one zeroed allocation (one memset): the dw sums, the slices' counters, the words
-    words_at = (n + 3) // 4 * 2 + (split + 3) // 4 * 2  # in int64, 16-byte aligned parts
-    buf = torch.zeros(words_at + rows * split, dtype=torch.int64, device=s2.device)
-    dw_sum = buf[:n // 2].view(torch.float32)
-    sync = buf[(n + 3) // 4 * 2:words_at].view(torch.int32)[:split]
+    split, programs = grouped_grid(rows, n, multiprocessor_count(s2.get_device()),
+                                   spec.GROUPED_CONFIG)
+    (dw_sum,), sync, words = grouped_backward_buffers(rows, n, split, 1, s2.device)
     dw = torch.empty(n, dtype=weight.dtype, device=s2.device)
-    _bwd_grouped.launch((programs,), dx, dw_sum, dw, sync, buf[words_at:], dy2, s2, weight,
-                        rstd, rows, n, row_stride(dx), row_stride(dy2), row_stride(s2),
-                        float(offset), dtype=s2.dtype, config=spec.GROUPED_CONFIG,
+    _bwd_grouped.launch((programs,), dx, dw_sum, dw, sync, words, dy2, s2, weight, rstd, rows,
+                        n, row_stride(dx), row_stride(dy2), row_stride(s2), float(offset),
+                        dtype=s2.dtype, config=spec.GROUPED_CONFIG,
                         options=(("CASTING", casting),))
     return dx, (dw if need_dw else None)
 

@@ -14,6 +14,21 @@ def copy_bandwidth() -> float:
     return 2 * x.numel() / (do_bench(lambda: y.copy_(x), return_mode="median") * 1e-3)
 
 
+def capture_graph(fn) -> "torch.cuda.CUDAGraph":
+    """A CUDA graph of one call of fn, captured after three warm-up calls on a side stream
+    (so that the caching allocator and lazy initializations have settled)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
+
+
 def row_length_sweep(smoke: bool, ns: str):
     """(device, [(rows, n_cols), ...], copy TB/s) of an experiment over row lengths `ns`
     (comma-separated) at 2^26 elements each; --smoke: CPU, one 7 x 200 shape, no copy

@@ -29,10 +29,11 @@ ignored row, 2.614 -> 2.421 at 256000 columns (--ignore-every 0; the commit befo
 change has the choice, docs/results/2026-12-01-ce-staged-exchange-session14-h200.txt).
 
 Prints ms and the share of the 1R+1W floor for the two-pass kernel (JIT, as shipped), the
-op's own launch (op_launch: the AOT build where there is one) and each staged config, gradient to its own buffer and in place; each result is checked against
-torch in fp32 first (loss per row and the gradient of four rows, a seventh of the rows
-ignored unless --ignore-every says otherwise). JIT; needs a CUDA GPU (--compile-only: sm90 ptxas here, registers, spills and
-shared memory of each config).
+op's own launch (op_launch: the AOT build where there is one) and each staged config,
+gradient to its own buffer and in place; each result is checked against torch in fp32 first
+(loss per row and the gradient of four rows, a seventh of the rows ignored unless
+--ignore-every says otherwise). JIT; needs a CUDA GPU (--compile-only: sm90 ptxas here,
+registers, spills and shared memory of each config).
 
   python benchmarks/experiment_ce_staged.py [--vocab 128256 256000] [--configs ...] [--out DIR]
   python benchmarks/experiment_ce_staged.py --compile-only [--configs ...]

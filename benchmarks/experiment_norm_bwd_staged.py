@@ -226,7 +226,7 @@ def main():
 
     import torch.nn.functional as F
 
-    from _gpu import copy_bandwidth
+    from _gpu import capture_graph, copy_bandwidth
     from liger_aot.ops import layer_norm as ln_mod
     from liger_aot.ops import rms_norm as rms_mod
 
@@ -238,16 +238,7 @@ def main():
     print(f"copy {bw / 1e12:.2f} TB/s, {sms} SMs", flush=True)
 
     def graph_ms(fn):
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(side)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            fn()
-        return do_bench(g.replay, warmup=25, rep=200, return_mode="median")
+        return do_bench(capture_graph(fn).replay, warmup=25, rep=200, return_mode="median")
 
     for n in args.cols:
         m = args.elements // n

@@ -35,6 +35,7 @@ def main():
     from torch.profiler import ProfilerActivity, profile
     from triton.testing import do_bench
 
+    from _gpu import capture_graph
     from liger_aot.ops.cross_entropy import cross_entropy
 
     x = torch.randn(args.rows, args.vocab, device="cuda", dtype=torch.bfloat16)
@@ -60,15 +61,7 @@ def main():
     print(f"{args.rows} x {args.vocab} bf16, kernels a step (torch.profiler, {args.steps} steps)")
     for name, (n, us) in sorted(kernels.items(), key=lambda kv: -kv[1][1]):
         print(f"{us / args.steps:9.1f} us  {n / args.steps:4.1f}x  {name[:100]}")
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
+    graph = capture_graph(step)
     ms = do_bench(graph.replay, warmup=50, rep=300, return_mode="median")
     print(f"step from a CUDA graph: {ms:.3f} ms")
     if args.ignore_every:

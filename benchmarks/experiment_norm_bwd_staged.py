@@ -44,6 +44,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 import torch  # noqa: E402
 
@@ -55,6 +56,7 @@ from kernel_src import staged_rows  # noqa: E402
 from kernel_src.rms_norm import spec  # noqa: E402
 from kernel_src.rms_norm.kernels import rms_norm_bwd_grouped  # noqa: E402
 from kernel_src.spec import Config, grouped_grid  # noqa: E402
+from _sm90 import compile_sm90, programs_fit  # noqa: E402  (tests/: sm90 ptxas, residency)
 
 LN_MAX_SPLIT = gl.constexpr(32)
 
@@ -149,7 +151,6 @@ def layer_norm_bwd_grouped(DX, DW_SUM, DB_SUM, DW, DB, SYNC, WORDS, DY, X, W, ME
 
 # the library's config first, then neighbours of the session-14 sweep
 CONFIGS = "2048,3,4,8,64;2048,3,4,7,72;2048,3,4,6,80;4096,3,8,3,80;1024,6,4,8,64"
-SM90_REGISTERS, SM90_SHARED_PER_SM = 65536, 233472
 
 
 def parse_configs(text):
@@ -169,42 +170,16 @@ def constexprs(c):
     return {k: c[k] for k in ("BLOCK_N", "SLOTS", "PROGRAMS_PER_SM")}
 
 
-def fits(regs, shared, c):
-    per_sm = c["PROGRAMS_PER_SM"]
-    return (regs * 32 * c["warps"] * per_sm <= SM90_REGISTERS
-            and (shared + 1024) * per_sm <= SM90_SHARED_PER_SM)
+def config_of(c):
+    return Config(constexprs(c), num_warps=c["warps"], maxnreg=c["maxnreg"])
 
 
 def compile_only(configs):
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-
-    sig = {"DX": "*bf16", "DW_SUM": "*fp32", "DW": "*bf16", "SYNC": "*i32", "WORDS": "*i64",
-           "DY": "*bf16", "X": "*bf16", "W": "*bf16", "RSTD": "*fp32", "n_rows": "i32",
-           "n_cols": "i32", "stride_dx": "i32", "stride_dy": "i32", "stride_x": "i32",
-           "offset": "fp32", "CASTING": "constexpr"}
-    attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13)}
     for c in configs:
-        src = GluonASTSource(rms_norm_bwd_grouped, signature={
-            **sig, **{k: "constexpr" for k in constexprs(c)}},
-            constexprs={"CASTING": 0, **constexprs(c)}, attrs=attrs)
-        k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                           options={"num_warps": c["warps"], "maxnreg": c["maxnreg"]})
-        import re
-        import subprocess
-        import tempfile
-        tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin",
-                            "cuobjdump")
-        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-            f.write(k.asm["cubin"])
-            f.flush()
-            usage = subprocess.run([tool, "-res-usage", f.name], capture_output=True,
-                                   text=True).stdout
-        regs = int(re.search(r"REG:(\d+)", usage).group(1))
-        stack = int(re.search(r"STACK:(\d+)", usage).group(1))  # ptxas's spills land here
-        print(f"{tag(c)}: regs {regs}, stack {stack} B, shared {k.metadata.shared} B, "
-              f"{'fits' if fits(regs, k.metadata.shared, c) else 'DOES NOT FIT'}", flush=True)
+        k = compile_sm90(spec.BWD_GROUPED, [["CASTING", 0]], config_of(c))
+        fit = programs_fit(k, config_of(c), c["PROGRAMS_PER_SM"])
+        print(f"{tag(c)}: regs {k['regs']}, stack {k['stack']} B, shared {k['shared']} B, "
+              f"{'fits' if fit else 'DOES NOT FIT'}", flush=True)
 
 
 def main():
@@ -220,6 +195,8 @@ def main():
     args = parser.parse_args()
     configs = parse_configs(args.configs)
     if args.compile_only:
+        if args.op != "rms_norm":
+            parser.error("--compile-only compiles the library's kernel, rms_norm_bwd_grouped")
         compile_only(configs)
         return
     from triton.testing import do_bench
@@ -286,7 +263,7 @@ def main():
             split = n // c["BLOCK_N"]
             if n % c["BLOCK_N"] or split > max_split:
                 continue
-            _, programs = grouped_grid(m, n, sms, Config(constexprs(c)))
+            _, programs = grouped_grid(m, n, sms, config_of(c))
             launch = dict(**constexprs(c), num_warps=c["warps"], maxnreg=c["maxnreg"])
             if args.op == "rms_norm":
                 launch["CASTING"] = 0
@@ -303,7 +280,8 @@ def main():
                     # the call's own argument types and values: the same specialization
                     k = kernel.warmup(*args_of(buffers(split)), **launch, grid=(1,))
                     k._init_handles()  # loads the binary: n_regs is known from then on
-                    if not fits(k.n_regs, k.metadata.shared, c):
+                    if not programs_fit({"regs": k.n_regs, "shared": k.metadata.shared},
+                                        config_of(c), c["PROGRAMS_PER_SM"]):
                         raise RuntimeError(f"not resident: {k.n_regs} registers, "
                                            f"{k.metadata.shared} B shared")
                 e = err(*fn())

@@ -69,13 +69,18 @@ class Config:
         return options
 
 
-def grouped_grid(n_rows: int, n_cols: int, sm_count: int, config: Config) -> tuple:
-    """(programs a row, programs) of a grouped norm backward (rms_norm/kernels.py,
-    rms_norm_bwd_grouped, n_cols a multiple of BLOCK_N): whole groups, at most
-    PROGRAMS_PER_SM an SM, at most one group a row."""
-    split = n_cols // config.constexprs["BLOCK_N"]
+def row_group_grid(n_rows: int, split: int, sm_count: int, config: Config) -> tuple:
+    """(split, programs) of a kernel that splits each row over a group of `split` persistent
+    programs (the staged cross-entropy, the grouped norm backward): whole groups, at most the
+    config's PROGRAMS_PER_SM an SM, at most one group a row."""
     groups = max(1, min(n_rows, config.constexprs["PROGRAMS_PER_SM"] * sm_count // split))
     return split, groups * split
+
+
+def grouped_grid(n_rows: int, n_cols: int, sm_count: int, config: Config) -> tuple:
+    """(programs a row, programs) of a grouped norm backward (rms_norm/kernels.py,
+    rms_norm_bwd_grouped, n_cols a multiple of BLOCK_N)."""
+    return row_group_grid(n_rows, n_cols // config.constexprs["BLOCK_N"], sm_count, config)
 
 
 # Staged configs: the norm forwards' Gluon kernels (<function>_staged in the family's

@@ -25,7 +25,7 @@ source = (GluonASTSource if is_gluon(fn) else ASTSource)(
     attrs=variant.divisibility_attrs())
 kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32),
                         options=variant.config.compile_options())
-# ptxas's resource usage (registers, local memory: spills) from the cubin
+# ptxas's resource usage (registers, local memory, stack: spills) from the cubin
 tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
     f.write(kernel.asm["cubin"])
@@ -57,6 +57,17 @@ def programs_fit(kernel: dict, config, programs_per_sm: int) -> bool:
     registers (config.num_warps warps each) and shared memory (1 KB reserved a block)."""
     return (kernel["regs"] * 32 * config.num_warps * programs_per_sm <= SM90_REGISTERS
             and (kernel["shared"] + 1024) * programs_per_sm <= SM90_SHARED_PER_SM)
+
+
+def assert_resident(kernel: dict, config, programs_per_sm: int):
+    """A compile_sm90 result within what its grid assumes: registers under the config's
+    cap, shared memory within a block's, and exactly `programs_per_sm` programs resident at
+    once (a kernel whose programs wait on each other needs them all running; twice as many
+    must not fit, or the check could not refuse)."""
+    assert kernel["regs"] <= config.maxnreg
+    assert kernel["shared"] <= SM90_SHARED_PER_BLOCK
+    assert programs_fit(kernel, config, programs_per_sm)
+    assert not programs_fit(kernel, config, 2 * programs_per_sm)
 
 
 def entry_params(ptx: str) -> int:

@@ -1,7 +1,7 @@
 """Variant spec for cross entropy: see kernels.py for the math. Also used by fused linear
 cross entropy (liger_aot/ops/fused_linear_cross_entropy.py), which runs the same kernel in
 place on chunks of logits."""
-from ..spec import Config, KernelSpec, Param
+from ..spec import Config, KernelSpec, Param, row_group_grid
 
 # Bits of the kernel's runtime `flags` argument.
 FLAG_GRAD = 1  # write the gradient to GRAD
@@ -98,11 +98,8 @@ def staged_split(n_cols: int, config: Config = STAGED_CONFIG) -> int:
 
 def staged_grid(n_rows: int, n_cols: int, sm_count: int,
                 config: Config = STAGED_CONFIG) -> tuple:
-    """(programs a row, programs): whole groups, at most PROGRAMS_PER_SM an SM, at most one
-    group a row."""
-    split = staged_split(n_cols, config)
-    groups = max(1, min(n_rows, config.constexprs["PROGRAMS_PER_SM"] * sm_count // split))
-    return split, groups * split
+    """(programs a row, programs) of the staged kernel (see row_group_grid)."""
+    return row_group_grid(n_rows, staged_split(n_cols, config), sm_count, config)
 
 
 STAGED = KernelSpec(

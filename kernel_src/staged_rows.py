@@ -143,6 +143,98 @@ def collect_words(WORDS, first, stride, count, MAX_COUNT: gl.constexpr):
     return gl.where(live, words.to(gl.uint32).to(gl.float32, bitcast=True), 0.0), live
 
 
+# Two fp32 values a word (the grouped LayerNorm backward's two shares of a row): each half
+# holds a value's bits XOR PAIR_MASK, a NaN pattern no value has once its NaNs are made the
+# canonical 0x7FC00000 (publish_pair), so a published word is never 0, and a reader needs no
+# tag: half the words, atomics and polls of two tagged words.
+PAIR_MASK = gl.constexpr(0x7F800001)
+
+
+@gluon.jit
+def _pair_half(value):
+    value = gl.where(value == value, value, float("nan"))
+    return (value.to(gl.uint32, bitcast=True) ^ PAIR_MASK).to(gl.int64)
+
+
+@gluon.jit
+def publish_pair(WORDS, index, low, high):
+    """WORDS[index] = the word of fp32 values `low` and `high` (WORDS int64, zeroed by the
+    op)."""
+    gl.atomic_xchg(WORDS + index, _pair_half(low) | (_pair_half(high) << 32), sem="relaxed",
+                   scope="gpu")
+
+
+@gluon.jit
+def collect_pairs(WORDS, first, count, MAX_COUNT: gl.constexpr):
+    """(lows, highs): the two fp32 values of WORDS[first + i] for i < count as [MAX_COUNT]
+    tensors (0.0 in the lanes past count), once all of them are published (publish_pair).
+    Every warp polls on its own, as in collect_words."""
+    i = gl.arange(0, MAX_COUNT, gl.BlockedLayout([MAX_COUNT // 32], [32], [gl.num_warps()],
+                                                 [0]))
+    live = i < count
+    ptrs = WORDS + first + i
+    words = gl.load(ptrs, mask=live, other=-1, volatile=True)
+    while gl.min((words != 0).to(gl.int32), axis=0) == 0:
+        words = gl.load(ptrs, mask=live, other=-1, volatile=True)
+    low = (words.to(gl.uint32) ^ PAIR_MASK).to(gl.float32, bitcast=True)
+    high = ((words >> 32).to(gl.uint32) ^ PAIR_MASK).to(gl.float32, bitcast=True)
+    return gl.where(live, low, 0.0), gl.where(live, high, 0.0)
+
+
+@gluon.jit
+def stage_slice(buf, ptrs):
+    """Copies one slice (`ptrs`: its addresses in buf's load layout) into the 1-D shared
+    buffer `buf` and waits: before a ring starts, whose wait counts assume no other copy."""
+    cp.async_copy_global_to_shared(buf, ptrs)
+    cp.commit_group()
+    cp.wait_group(0)
+
+
+@gluon.jit
+def slice_weight(buf, w, layout: gl.constexpr, SHARED: gl.constexpr):
+    """A grouped program's slice of the weights as fp32: from its staged copy `buf`
+    (SHARED), else `w`, held in registers."""
+    if SHARED:
+        return widen(buf.load(layout))
+    else:
+        return w
+
+
+@gluon.jit
+def widen(v):
+    """v as fp32. For bf16, two elements a 32-bit register become fp32 by one shift and one
+    mask (ptxas's own conversion spends a PRMT and a shift on the upper one: 1.5 instructions
+    an element, a quarter of the grouped LayerNorm backward's loop)."""
+    if v.dtype == gl.bfloat16:
+        return gl.inline_asm_elementwise("{ shl.b32 $0, $2, 16; and.b32 $1, $2, 0xffff0000; }",
+                                         "=r,=r,r", [v], dtype=gl.float32, is_pure=True,
+                                         pack=2)
+    else:
+        return v.to(gl.float32)
+
+
+@gluon.jit
+def group_slice(n_cols, BLOCK_N: gl.constexpr, layout: gl.constexpr):
+    """(split, n_groups, group, part, cols) of a grouped norm backward's program: its row
+    group of split = n_cols / BLOCK_N consecutive programs, its part in it, and the columns
+    `cols` of its slice (in `layout`)."""
+    split = n_cols // BLOCK_N
+    n_groups = gl.num_programs(0) // split
+    group = gl.program_id(0) // split
+    part = gl.program_id(0) % split
+    cols = part * BLOCK_N + gl.arange(0, BLOCK_N, layout)
+    return split, n_groups, group, part, cols
+
+
+@gluon.jit
+def start_pair_ring(ring_a, ring_b, A, B, stride_a, stride_b, n_rows, group, n_groups, cols,
+                    SLOTS: gl.constexpr):
+    """Issues rows 0 .. SLOTS-1 of a grouped program's sequence (issue_pair)."""
+    for t in gl.static_range(SLOTS):
+        issue_pair(ring_a, ring_b, A, B, stride_a, stride_b, n_rows, t, group, n_groups, cols,
+                   SLOTS)
+
+
 @gluon.jit
 def issue_pair(ring_a, ring_b, A, B, stride_a, stride_b, n_rows, t, group, n_groups, cols,
                SLOTS: gl.constexpr):

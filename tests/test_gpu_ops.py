@@ -159,10 +159,7 @@ def test_grouped_rms_norm_backward(monkeypatch, rows, hidden, dtype, casting, of
     dw, every casting mode, an offset, in place; the launch is the grouped one."""
     from liger_aot.ops import rms_norm as rms_mod
 
-    launches = []
-    grouped_launch = rms_mod._bwd_grouped.launch
-    monkeypatch.setattr(rms_mod._bwd_grouped, "launch",
-                        lambda *a, **k: launches.append(a[0]) or grouped_launch(*a, **k))
+    launches = _record_launches(monkeypatch, rms_mod._bwd_grouped)
     x = torch.randn(rows, hidden, device=DEV, dtype=dtype)
     w = (1 + 0.1 * torch.randn(hidden, device=DEV)).to(dtype)
     g = torch.randn(rows, hidden, device=DEV, dtype=dtype)
@@ -175,6 +172,106 @@ def test_grouped_rms_norm_backward(monkeypatch, rows, hidden, dtype, casting, of
     assert rel(xl.grad, x64.grad) < limit and rel(wl.grad, w64.grad) < limit
     assert xl.grad.dtype == dtype and wl.grad.dtype == dtype
     split = hidden // rms_mod.spec.GROUPED_CONFIG.constexprs["BLOCK_N"]
+    assert len(launches) == 1 and launches[0][0] % split == 0, launches
+
+
+def _record_launches(monkeypatch, kernel, args=None):
+    """The grids `kernel` (a runtime Kernel) is launched with, launching as usual; `args`, a
+    list, also gets each launch's arguments by the spec's parameter names."""
+    launches = []
+    launch = kernel.launch
+    names = [p.name for p in kernel.spec.params]
+
+    def record(grid, *a, **k):
+        launches.append(grid)
+        if args is not None:
+            args.append(dict(zip(names, a)))
+        return launch(grid, *a, **k)
+    monkeypatch.setattr(kernel, "launch", record)
+    return launches
+
+
+GROUPED_DRES_CASES = [  # (rows, hidden, dtype, casting, offset, in_place, one gradient)
+    (4096, 16384, torch.bfloat16, "llama", 0.0, False, False),
+    (1024, 65536, torch.float16, "gemma", 1.0, True, False),
+    (7, 65536, torch.bfloat16, "none", 0.0, False, False),  # fewer rows than groups
+    (3000, 20480, torch.bfloat16, "llama", 0.0, True, False),  # 10 programs a row
+    (2048, 32768, torch.bfloat16, "llama", 0.0, True, True),  # dres is dy's buffer
+]
+
+
+@pytest.mark.parametrize("rows,hidden,dtype,casting,offset,in_place,same", GROUPED_DRES_CASES,
+                         ids=[f"{r}x{h}-{str(d)[6:]}-{c}-{o}-{'in' if i else 'out'}"
+                              + ("-same" if same else "")
+                              for r, h, d, c, o, i, same in GROUPED_DRES_CASES])
+def test_grouped_fused_add_rms_norm_backward(monkeypatch, rows, hidden, dtype, casting, offset,
+                                             in_place, same):
+    """The grouped backward with the residual gradient (rms_norm_bwd_grouped, HAS_DRES)
+    through fused_add_rms_norm against float64, both outputs used (`same`: one gradient
+    tensor for both, so dres is dy's buffer and dx is not written in place): dx, dres and dw;
+    the launch is the grouped one."""
+    from liger_aot.ops import rms_norm as rms_mod
+
+    args = []
+    launches = _record_launches(monkeypatch, rms_mod._bwd_grouped, args)
+    x = torch.randn(rows, hidden, device=DEV, dtype=dtype)
+    r = torch.randn(rows, hidden, device=DEV, dtype=dtype)
+    w = (1 + 0.1 * torch.randn(hidden, device=DEV)).to(dtype)
+    gy = torch.randn_like(x)
+    gs = gy if same else torch.randn_like(x)
+    x64, r64, w64 = (t.double().requires_grad_() for t in (x, r, w))
+    s64 = x64 + r64
+    y64 = s64 * torch.rsqrt(s64.pow(2).mean(-1, keepdim=True) + 1e-6) * (offset + w64)
+    torch.autograd.backward((y64, s64), (gy.double(), gs.double()))
+    xl, rl, wl = (t.clone().requires_grad_() for t in (x, r, w))
+    y, s_out = rms_mod.fused_add_rms_norm(xl, rl, wl, 1e-6, offset, casting, in_place=in_place)
+    gy_op = gy.clone()
+    torch.autograd.backward((y, s_out), (gy_op, gy_op if same else gs.clone()))
+    limit = 2e-2 if dtype == torch.bfloat16 else 5e-3
+    for got, want in ((xl.grad, x64.grad), (rl.grad, r64.grad), (wl.grad, w64.grad)):
+        assert got.dtype == dtype and rel(got, want) < limit, rel(got, want)
+    split = hidden // rms_mod.spec.GROUPED_DRES_CONFIG.constexprs["BLOCK_N"]
+    assert len(launches) == 1 and launches[0][0] % split == 0, launches
+    (a,) = args
+    assert (a["DRES"].data_ptr() == a["DY"].data_ptr()) == same
+    assert a["DX"].data_ptr() != a["DY"].data_ptr() or (in_place and not same)
+
+
+GROUPED_LN_CASES = [  # (rows, hidden, dtype, bias, mean shift)
+    (4096, 16384, torch.bfloat16, True, 0.0),
+    (2048, 32768, torch.float16, True, 0.0),
+    (1024, 65536, torch.bfloat16, False, 0.0),
+    (1024, 65536, torch.bfloat16, True, 20.0),  # |mean| >> std
+    (7, 65536, torch.bfloat16, True, 0.0),  # fewer rows than groups
+    (3000, 20480, torch.float16, True, 0.0),  # 10 programs a row
+]
+
+
+@pytest.mark.parametrize("rows,hidden,dtype,bias,shift", GROUPED_LN_CASES,
+                         ids=[f"{r}x{h}-{str(d)[6:]}-{'b' if b else 'nob'}-{s}"
+                              for r, h, d, b, s in GROUPED_LN_CASES])
+def test_grouped_layer_norm_backward(monkeypatch, rows, hidden, dtype, bias, shift):
+    """The grouped LayerNorm backward (kernel_src/layer_norm/kernels.py: layer_norm_bwd_grouped,
+    two shares a row in one word) through the op against float64: dx, dw and db; the launch
+    is the grouped one."""
+    from liger_aot.ops import layer_norm as ln_mod
+
+    launches = _record_launches(monkeypatch, ln_mod._bwd_grouped)
+    x = (torch.randn(rows, hidden, device=DEV) + shift).to(dtype)
+    w = (1 + 0.1 * torch.randn(hidden, device=DEV)).to(dtype)
+    b = (0.1 * torch.randn(hidden, device=DEV)).to(dtype) if bias else None
+    g = torch.randn_like(x)
+    leaves = [t.double().requires_grad_() for t in (x, w) + ((b,) if bias else ())]
+    F.layer_norm(leaves[0], (hidden,), leaves[1], leaves[2] if bias else None,
+                 1e-5).backward(g.double())
+    xl, wl = x.clone().requires_grad_(), w.clone().requires_grad_()
+    bl = b.clone().requires_grad_() if bias else None
+    ln_mod.layer_norm(xl, wl, bl, 1e-5).backward(g.clone())
+    limit = 2e-2 if dtype == torch.bfloat16 else 5e-3
+    got = [xl.grad, wl.grad] + ([bl.grad] if bias else [])
+    for out, want in zip(got, (t.grad for t in leaves)):
+        assert out.dtype == dtype and rel(out, want) < limit, rel(out, want)
+    split = hidden // ln_mod.spec.GROUPED_CONFIG.constexprs["BLOCK_N"]
     assert len(launches) == 1 and launches[0][0] % split == 0, launches
 
 

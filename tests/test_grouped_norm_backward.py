@@ -1,8 +1,9 @@
-"""The grouped RMSNorm backward (kernel_src/rms_norm/kernels.py, rms_norm_bwd_grouped): which
-variants exist, that it compiles for sm90 within what its grid assumes (PROGRAMS_PER_SM
-resident programs an SM), the grid arithmetic, and when the op takes it. Gluon kernels do
-not run in Triton's interpreter: its math is checked on a GPU
-(tests/test_gpu_ops.py::test_grouped_rms_norm_backward)."""
+"""The grouped norm backwards (kernel_src/rms_norm/kernels.py, rms_norm_bwd_grouped, with and
+without the fused add's residual gradient; kernel_src/layer_norm/kernels.py,
+layer_norm_bwd_grouped): which variants exist, that they compile for sm90 within what their
+grid assumes (PROGRAMS_PER_SM resident programs an SM), the grid arithmetic, and when the ops
+take them. Gluon kernels do not run in Triton's interpreter: their math is checked on a GPU
+(tests/test_gpu_ops.py::test_grouped_*_backward)."""
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -12,45 +13,63 @@ import torch
 
 from _sm90 import assert_resident, compile_sm90, entry_params
 from liger_aot.kernel_src import is_gluon, triton_function
+from liger_aot.kernel_src.layer_norm import spec as ln_spec
 from liger_aot.kernel_src.rms_norm import spec
 from liger_aot.kernel_src.spec import grouped_grid
+from liger_aot.ops import layer_norm as ln_mod
 from liger_aot.ops import rms_norm as rms_mod
 
 CONFIG = spec.GROUPED_CONFIG
-PER_SM = CONFIG.constexprs["PROGRAMS_PER_SM"]
 BLOCK_N = CONFIG.constexprs["BLOCK_N"]
+# (kernel spec, config, its compile options): every config the sm90 build compiles
+KERNELS = [(spec.BWD_GROUPED, c, [["CASTING", casting]])
+           for c in (spec.GROUPED_CONFIG, spec.GROUPED_DRES_CONFIG) for casting in (0, 1, 2)]
+KERNELS.append((ln_spec.BWD_GROUPED, ln_spec.GROUPED_CONFIG, []))
+KERNEL_IDS = [f"{k.name}-{'dres' if c.constexprs.get('HAS_DRES') else 'plain'}-{o}"
+              for k, c, o in KERNELS]
 
 
 def test_variants_only_for_sm90_aligned_2_byte_data():
     variants = list(spec.BWD_GROUPED.variants("sm90"))
     assert {(v.dtype, v.align) for v in variants} == {("bf16", "a16"), ("fp16", "a16")}
     assert {dict(v.options)["CASTING"] for v in variants} == {0, 1, 2}
-    for arch in ("sm80", "gfx90a", "gfx942"):
-        assert not list(spec.BWD_GROUPED.variants(arch))
-    assert is_gluon(triton_function(spec.BWD_GROUPED, CONFIG))
+    assert {v.config.constexprs["HAS_DRES"] for v in variants} == {0, 1}
+    assert len(variants) == 12
+    ln_variants = list(ln_spec.BWD_GROUPED.variants("sm90"))
+    assert {(v.dtype, v.align) for v in ln_variants} == {("bf16", "a16"), ("fp16", "a16")}
+    for kernel_spec in (spec.BWD_GROUPED, ln_spec.BWD_GROUPED):
+        for arch in ("sm80", "gfx90a", "gfx942"):
+            assert not list(kernel_spec.variants(arch))
+        assert is_gluon(triton_function(kernel_spec, kernel_spec.configs[0]))
+    assert spec.BWD_GROUPED.rule(False) is CONFIG
+    assert spec.BWD_GROUPED.rule(True) is spec.GROUPED_DRES_CONFIG
 
 
-@pytest.mark.parametrize("casting", [0, 1, 2])
-def test_compiles_for_sm90_within_its_grid(casting):
-    kernel = compile_sm90(spec.BWD_GROUPED, [["CASTING", casting]], CONFIG)
+@pytest.mark.parametrize("kernel_spec,config,options", KERNELS, ids=KERNEL_IDS)
+def test_compiles_for_sm90_within_its_grid(kernel_spec, config, options):
+    kernel = compile_sm90(kernel_spec, options, config)
     assert kernel["local"] == 0 and kernel["stack"] == 0  # no spills
-    assert_resident(kernel, CONFIG, PER_SM)  # the exchange's waits rely on it
+    # the exchange's waits rely on it
+    assert_resident(kernel, config, config.constexprs["PROGRAMS_PER_SM"])
     ptx = kernel["ptx"]
     assert "cp.async.cg.shared.global" in ptx and "cp.async.wait_group" in ptx
-    # the row's dot: tagged words by relaxed atomics, polled; one acq_rel ticket a program
-    # at the end (the dw slice's last program)
+    # the row's shares: one word a (row, part) by relaxed atomics, polled; one acq_rel
+    # ticket a program at the end (the weight-gradient slices' last program)
     assert "atom.global.gpu.relaxed.exch.b64" in ptx and "ld.volatile.global.b64" in ptx
     assert ptx.count(".acq_rel") == 1
-    assert entry_params(ptx) == len(spec.BWD_GROUPED.type_string)
+    assert entry_params(ptx) == len(kernel_spec.type_string)
 
 
+@pytest.mark.parametrize("config", [spec.GROUPED_CONFIG, spec.GROUPED_DRES_CONFIG,
+                                    ln_spec.GROUPED_CONFIG], ids=["rms", "dres", "ln"])
 @pytest.mark.parametrize("n_rows,n_cols", [(4096, 16384), (2048, 32768), (1024, 65536),
                                            (3, 65536), (1, 16384), (5000, 20480)])
-def test_grouped_grid(n_rows, n_cols):
+def test_grouped_grid(config, n_rows, n_cols):
     sms = 132
-    split, programs = grouped_grid(n_rows, n_cols, sms, CONFIG)
-    assert split == n_cols // BLOCK_N <= spec.MAX_GROUPED_SPLIT
-    assert programs % split == 0 and programs <= PER_SM * sms
+    per_sm = config.constexprs["PROGRAMS_PER_SM"]
+    split, programs = grouped_grid(n_rows, n_cols, sms, config)
+    assert split == n_cols // config.constexprs["BLOCK_N"] <= spec.MAX_GROUPED_SPLIT
+    assert programs % split == 0 and programs <= per_sm * sms
     assert 1 <= programs // split <= n_rows  # no group without a row
 
 
@@ -74,49 +93,68 @@ class _Fake:
 @pytest.fixture
 def sm90_device(monkeypatch):
     monkeypatch.setattr(rms_mod, "_grouped_devices", {0: True, 1: False})
+    monkeypatch.setattr(ln_mod, "_grouped_devices", {0: True, 1: False})
 
 
-def _applies(x=None, dy=None, w_dtype=None, ptrs=(256, 512)):
+def _applies(x=None, dy=None, w_dtype=None, ptrs=(256, 512), dres=None, op="rms"):
     x = x or _Fake()
     dy = dy or _Fake(dtype=x.dtype, shape=x.shape, device=x.device)
     w = _Fake(ptr=ptrs[0], dtype=w_dtype or x.dtype, shape=(x.shape[1],))
     rstd = _Fake(ptr=ptrs[1], dtype=torch.float32, shape=(x.shape[0],))
-    return rms_mod.grouped_applies(dy, x, w, rstd)
+    if op == "ln":
+        return ln_mod.grouped_applies(dy, x, w, rstd, rstd)  # (mean, rstd)
+    return rms_mod.grouped_applies(dy, x, w, rstd, dres)
 
 
-def test_grouped_applies(sm90_device, monkeypatch):
-    assert _applies()
-    assert _applies(_Fake(dtype=torch.float16, shape=(1, spec.GROUPED_MIN_COLS)))
-    assert _applies(_Fake(shape=(3, spec.GROUPED_MAX_COLS)))
+@pytest.mark.parametrize("op", ["rms", "ln"])
+def test_grouped_applies(sm90_device, monkeypatch, op):
+    family = spec if op == "rms" else ln_spec
+    assert _applies(op=op)
+    assert _applies(_Fake(dtype=torch.float16, shape=(1, family.GROUPED_MIN_COLS)), op=op)
+    assert _applies(_Fake(shape=(3, family.GROUPED_MAX_COLS)), op=op)
     refused = {
-        "fp32": _applies(_Fake(dtype=torch.float32)),
-        "fp32 weight": _applies(w_dtype=torch.float32),
-        "short rows": _applies(_Fake(shape=(8, spec.GROUPED_MIN_COLS - BLOCK_N))),
-        "long rows": _applies(_Fake(shape=(8, spec.GROUPED_MAX_COLS + BLOCK_N))),
-        "not a multiple of the slice": _applies(_Fake(shape=(8, 32768 + 16))),
-        "no rows": _applies(_Fake(shape=(0, 32768))),
-        "cpu": _applies(_Fake(device=-1)),
-        "another arch": _applies(_Fake(device=1)),
-        "unaligned pointer": _applies(ptrs=(8, 512)),
-        "unaligned stride": _applies(_Fake(stride=32768 + 8)),
-        "64-bit stride": _applies(_Fake(stride=2**31)),
+        "fp32": _applies(_Fake(dtype=torch.float32), op=op),
+        "fp32 weight": _applies(w_dtype=torch.float32, op=op),
+        "short rows": _applies(_Fake(shape=(8, family.GROUPED_MIN_COLS - BLOCK_N)), op=op),
+        "long rows": _applies(_Fake(shape=(8, family.GROUPED_MAX_COLS + BLOCK_N)), op=op),
+        "not a multiple of the slice": _applies(_Fake(shape=(8, 32768 + 16)), op=op),
+        "no rows": _applies(_Fake(shape=(0, 32768)), op=op),
+        "cpu": _applies(_Fake(device=-1), op=op),
+        "another arch": _applies(_Fake(device=1), op=op),
+        "unaligned pointer": _applies(ptrs=(8, 512), op=op),
+        "unaligned stride": _applies(_Fake(stride=32768 + 8), op=op),
+        "64-bit stride": _applies(_Fake(stride=2**31), op=op),
     }
     assert not any(refused.values()), [k for k, v in refused.items() if v]
     monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
-    assert not _applies()  # its dw sums are atomic adds
+    assert not _applies(op=op)  # its weight-gradient sums are atomic adds
 
 
-def test_off_switch_and_arch(monkeypatch):
+def test_grouped_applies_with_residual_gradient(sm90_device):
+    """The fused add's backward takes it when its residual gradient is like dy."""
+    assert _applies(dres=_Fake(ptr=1024))
+    refused = {
+        "fp32 dres": _applies(dres=_Fake(ptr=1024, dtype=torch.float32)),
+        "unaligned dres": _applies(dres=_Fake(ptr=1032)),
+        "unaligned dres stride": _applies(dres=_Fake(ptr=1024, stride=32768 + 8)),
+        "64-bit dres stride": _applies(dres=_Fake(ptr=1024, stride=2**31)),
+    }
+    assert not any(refused.values()), [k for k, v in refused.items() if v]
+
+
+@pytest.mark.parametrize("op", ["rms", "ln"])
+def test_off_switch_and_arch(monkeypatch, op):
     import liger_aot.runtime.device as device
 
+    module = rms_mod if op == "rms" else ln_mod
     monkeypatch.setattr(device, "device_arch", lambda index: ("sm90", "fake"))
     for value, runs in (("0", False), ("off", False), ("1", True), ("", True)):
         monkeypatch.setenv("LIGER_AOT_GROUPED_NORM_BWD", value)
-        monkeypatch.setattr(rms_mod, "_grouped_devices", {})
-        assert _applies() is runs, value
+        monkeypatch.setattr(module, "_grouped_devices", {})
+        assert _applies(op=op) is runs, value
     monkeypatch.setattr(device, "device_arch", lambda index: ("sm80", "fake"))
-    monkeypatch.setattr(rms_mod, "_grouped_devices", {})
-    assert not _applies()
+    monkeypatch.setattr(module, "_grouped_devices", {})
+    assert not _applies(op=op)
 
 
 def test_cpu_calls_take_the_other_backwards():
@@ -133,6 +171,22 @@ def test_cpu_calls_take_the_other_backwards():
         assert ((got.double() - want).norm() / want.norm()).item() < 2e-2
 
 
+def test_cpu_layer_norm_takes_the_other_backwards():
+    """The same for LayerNorm (layer_norm_bwd): dx, dw and db of a 16K bf16 row."""
+    torch.manual_seed(0)
+    n = ln_spec.GROUPED_MIN_COLS
+    x = torch.randn(2, n).to(torch.bfloat16).requires_grad_()
+    w = (1 + 0.1 * torch.randn(n)).to(torch.bfloat16).requires_grad_()
+    b = (0.1 * torch.randn(n)).to(torch.bfloat16).requires_grad_()
+    dy = torch.randn(2, n).to(torch.bfloat16)
+    ln_mod.layer_norm(x, w, b, 1e-6).backward(dy)
+    leaves = [t.detach().double().requires_grad_() for t in (x, w, b)]
+    torch.nn.functional.layer_norm(leaves[0], (n,), leaves[1], leaves[2], 1e-6).backward(
+        dy.double())
+    for got, want in zip((x.grad, w.grad, b.grad), (t.grad for t in leaves)):
+        assert ((got.double() - want).norm() / want.norm()).item() < 2e-2
+
+
 @pytest.mark.parametrize("n,split,sums", [(16384, 8, 1), (65536, 32, 1), (20480, 10, 2)])
 def test_grouped_backward_buffers(n, split, sums):
     from liger_aot.ops._common import grouped_backward_buffers
@@ -143,7 +197,7 @@ def test_grouped_backward_buffers(n, split, sums):
     assert [r.shape for r in sum_rows] == [(n,)] * sums and all(
         r.dtype == torch.float32 for r in sum_rows)
     assert sync.shape == (split,) and sync.dtype == torch.int32
-    assert words.shape == (rows * split * sums,) and words.dtype == torch.int64
+    assert words.shape == (rows * split,) and words.dtype == torch.int64
     assert all(p.data_ptr() % 16 == 0 for p in parts)  # the aligned class
     assert all(not p.any() for p in parts)  # zeroed
     ends = sorted((p.data_ptr(), p.data_ptr() + p.numel() * p.element_size()) for p in parts)

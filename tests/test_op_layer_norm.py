@@ -115,7 +115,10 @@ def test_layer_norm_opcheck():
 
 
 def test_layer_norm_variants():
-    assert sum(len(list(s.variants())) for s in spec.SPECS) == 54
+    # 54, plus the grouped backward's 2 (bf16 / fp16, aligned; sm90 only)
+    assert sum(len(list(s.variants())) for s in spec.SPECS) == 56
+    assert len(list(spec.BWD_GROUPED.variants("sm90"))) == 2
+    assert not list(spec.BWD_GROUPED.variants("sm80"))
 
 
 def test_liger_layer_norm_module():

@@ -14,11 +14,13 @@ Each program owns rows_per_program consecutive rows and writes fp32 partials of 
 row `pid` of DW_PARTIAL and DB_PARTIAL; the host sums the partials. Or, with atomic_dw (whole
 rows, interleaved), programs add their partials into the zeroed fp32 rows DW_PARTIAL[0] and
 DB_PARTIAL[0] and the last one writes the totals to DW and DB (see _add_partials_and_finish).
+Rows of 16K-64K columns on sm90 take layer_norm_bwd_grouped (Gluon, at the end).
 """
 import triton
 import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp
 
 from . import spec
 from .. import staged_rows
@@ -26,6 +28,7 @@ from .. import staged_rows
 # the column programs' tile in the interleaved backward (the op sizes the grid with it)
 SUM_BLOCK_M = tl.constexpr(spec.SUM_BLOCK_M)
 SUM_BLOCK_N = tl.constexpr(spec.SUM_BLOCK_N)
+MAX_GROUPED_SPLIT = gl.constexpr(spec.MAX_GROUPED_SPLIT)  # programs a row, grouped backward
 
 
 @triton.jit
@@ -426,3 +429,105 @@ def layer_norm_fwd_staged(Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y, stri
                               n_cols, X, stride_x, offs, layout, BLOCK_N, STAGES, STAGED,
                               W_SHARED, False)
     staged_rows.finish_ring()
+
+
+# -- grouped backward (Gluon, sm90): rows split over groups of programs, each row read once --
+#
+# rms_norm_bwd_grouped's layout (rms_norm/kernels.py explains it) with LayerNorm's two sums a
+# row, sum(g * xhat) and sum(g): program `part` of a group of split = n_cols / BLOCK_N owns
+# a column slice of its group's rows, holds its slices of dw and db (and of w, unless
+# W_SHARED stages it in shared memory) for the whole kernel, streams x and dy through a
+# cp.async ring, and publishes its two shares of a row as one word (staged_rows.
+# publish_pair) a row behind. W_SHARED frees the 4-warp program's 16 registers of w, which
+# spilled at 64-80 registers beside dw and db. H200, 2^26 bf16 elements: 80% of copy at
+# 16K-64K columns against 59 / 57 / 54% (docs/perf-notes.md, sessions 14-15). The op takes
+# it (layer_norm.py: grouped_applies) under the same conditions as RMSNorm's.
+
+@gluon.jit
+def _row_shares(ring_x, ring_dy, slot, w, mean, rstd, layout: gl.constexpr):
+    """This program's shares of a row's sum(g * xhat) and sum(g), from the ring: one
+    reduction of the pair (one exchange between warps, not two), rstd applied to the sum."""
+    x = staged_rows.widen(ring_x.index(slot).load(layout))
+    g = staged_rows.widen(ring_dy.index(slot).load(layout)) * w
+    s_gd, s_g = gl.reduce((g * (x - mean), g), 0, _add_pairs)
+    return s_gd * rstd, s_g
+
+
+@gluon.jit
+def layer_norm_bwd_grouped(DX, DW_SUM, DB_SUM, DW, DB, SYNC, WORDS, DY, X, W, MEAN, RSTD,
+                           n_rows, n_cols, stride_dx, stride_dy, stride_x,
+                           BLOCK_N: gl.constexpr, SLOTS: gl.constexpr,
+                           PROGRAMS_PER_SM: gl.constexpr, W_SHARED: gl.constexpr):
+    """layer_norm_bwd's function on the grouped layout: dx = rstd * (g - mean(g) - xhat *
+    mean(g * xhat)), dw = sum over rows of dy * xhat, db = sum of dy. DW_SUM and DB_SUM
+    (n_cols fp32 each), SYNC (split int32) and WORDS (n_rows * split int64) zeroed by the op.
+    The grid is whole groups, all resident (PROGRAMS_PER_SM: the op's grid)."""
+    gl.static_assert(SLOTS >= 3)  # rows k and k + 1 held, one more streaming in
+    layout: gl.constexpr = gl.BlockedLayout([8], [32], [gl.num_warps()], [0])
+    ring_x = gl.allocate_shared_memory(X.dtype.element_ty, [SLOTS, BLOCK_N],
+                                       staged_rows.RING_LAYOUT)
+    ring_dy = gl.allocate_shared_memory(DY.dtype.element_ty, [SLOTS, BLOCK_N],
+                                        staged_rows.RING_LAYOUT)
+    w_buf = gl.allocate_shared_memory(W.dtype.element_ty, [BLOCK_N if W_SHARED else 8],
+                                      staged_rows.RING_LAYOUT)
+    split, n_groups, group, part, cols = staged_rows.group_slice(n_cols, BLOCK_N, layout)
+    if W_SHARED:
+        staged_rows.stage_slice(w_buf, W + cols)
+        w_regs = 0.0  # unused
+    else:
+        w_regs = gl.load(W + cols).to(gl.float32)
+    staged_rows.start_pair_ring(ring_x, ring_dy, X, DY, stride_x, stride_dy, n_rows, group,
+                                n_groups, cols, SLOTS)
+    dw = gl.zeros([BLOCK_N], gl.float32, layout)
+    db = gl.zeros([BLOCK_N], gl.float32, layout)
+    n_mine = gl.cdiv(n_rows - group, n_groups)
+    mean = gl.load(MEAN + group)
+    rstd = gl.load(RSTD + group)
+    # row k + 1's statistics are loaded a row ahead of its pass 1, which needs them at once
+    mean_next = gl.load(MEAN + group + n_groups, mask=group + n_groups < n_rows, other=0.0)
+    rstd_next = gl.load(RSTD + group + n_groups, mask=group + n_groups < n_rows, other=0.0)
+    cp.wait_group(SLOTS - 1)  # row 0 of the group (groups <= n_rows: there is one)
+    s_gx, s_g = _row_shares(ring_x, ring_dy, 0,
+                            staged_rows.slice_weight(w_buf, w_regs, layout, W_SHARED),
+                            mean, rstd, layout)
+    if split > 1:
+        staged_rows.publish_pair(WORDS, group * split + part, s_gx, s_g)
+    for k in range(n_mine):
+        row = group + k * n_groups
+        nxt = row + n_groups
+        mean_far = gl.load(MEAN + nxt + n_groups, mask=nxt + n_groups < n_rows, other=0.0)
+        rstd_far = gl.load(RSTD + nxt + n_groups, mask=nxt + n_groups < n_rows, other=0.0)
+        # pass 1 of row k + 1: SLOTS + k copies issued, rows k and k + 1 complete
+        cp.wait_group(SLOTS - 2)
+        n_gx, n_g = _row_shares(ring_x, ring_dy, (k + 1) % SLOTS,
+                                staged_rows.slice_weight(w_buf, w_regs, layout, W_SHARED),
+                                mean_next, rstd_next, layout)
+        if (split > 1) & (k + 1 < n_mine):
+            staged_rows.publish_pair(WORDS, nxt * split + part, n_gx, n_g)
+        if split > 1:
+            shares_gx, shares_g = staged_rows.collect_pairs(WORDS, row * split, split,
+                                                            MAX_GROUPED_SPLIT)
+            s_gx = gl.sum(shares_gx, axis=0)
+            s_g = gl.sum(shares_g, axis=0)
+        # pass 2 of row k, its slot then refilled with row k + SLOTS
+        x = staged_rows.widen(ring_x.index(k % SLOTS).load(layout))
+        dy = staged_rows.widen(ring_dy.index(k % SLOTS).load(layout))
+        staged_rows.issue_pair(ring_x, ring_dy, X, DY, stride_x, stride_dy, n_rows, k + SLOTS,
+                               group, n_groups, cols, SLOTS)
+        # dx = rstd * g + (x - mean) * c1 + c0: two FMAs an element after the scalars
+        c1 = -rstd * rstd * (s_gx / n_cols)
+        c0 = -rstd * (s_g / n_cols)
+        d = x - mean
+        g = dy * staged_rows.slice_weight(w_buf, w_regs, layout, W_SHARED)
+        dx = rstd * g + (d * c1 + c0)
+        gl.store(DX + row.to(gl.int64) * stride_dx + cols, dx.to(DX.dtype.element_ty))
+        dw += dy * (d * rstd)
+        db += dy
+        s_gx, s_g, mean, rstd = n_gx, n_g, mean_next, rstd_next
+        mean_next, rstd_next = mean_far, rstd_far
+    cp.wait_group(0)  # the ring's last copies (rows past the end)
+    gl.atomic_add(DW_SUM + cols, dw, sem="relaxed", scope="gpu")
+    gl.atomic_add(DB_SUM + cols, db, sem="relaxed", scope="gpu")
+    if staged_rows.last_of_slice(SYNC, part, n_groups):
+        staged_rows.write_total(DW_SUM, DW, cols)
+        staged_rows.write_total(DB_SUM, DB, cols)

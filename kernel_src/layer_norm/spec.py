@@ -85,4 +85,31 @@ BWD = KernelSpec(
     configs=BWD_CONFIGS, rule=select_bwd_config,
 )
 
-SPECS = (FWD, BWD)
+# The grouped backward (kernels.py, layer_norm_bwd_grouped; rms_norm/spec.py's grouped
+# backward with two sums a row and db): rows split over groups of programs, BLOCK_N columns
+# each, every row read once. One config: the grid's programs must all be resident.
+GROUPED_CONFIG = Config({"BLOCK_N": 2048, "SLOTS": 3, "PROGRAMS_PER_SM": 6, "W_SHARED": 1},
+                        num_warps=4, maxnreg=80)
+MAX_GROUPED_SPLIT = 32  # programs a row: up to 65536 columns
+# Row lengths that take it (the op also needs sm90, 2-byte data in the aligned class and
+# torch's deterministic mode off): multiples of BLOCK_N from 16K, where the other
+# backwards run under 60% of copy, to 64K, the longest timed.
+GROUPED_MIN_COLS = 16384
+GROUPED_MAX_COLS = MAX_GROUPED_SPLIT * GROUPED_CONFIG.constexprs["BLOCK_N"]
+GROUPED_ARCHS = ("sm90",)
+
+BWD_GROUPED = KernelSpec(
+    name="layer_norm_bwd_grouped", family="layer_norm", function="layer_norm_bwd_grouped",
+    params=(Param("DX", "ptr"), Param("DW_SUM", "ptr", dtype="fp32"),
+            Param("DB_SUM", "ptr", dtype="fp32"), Param("DW", "ptr"), Param("DB", "ptr"),
+            Param("SYNC", "ptr", dtype="i32"), Param("WORDS", "ptr", dtype="i64"),
+            Param("DY", "ptr"), Param("X", "ptr"), Param("W", "ptr"),
+            Param("MEAN", "ptr", dtype="fp32"), Param("RSTD", "ptr", dtype="fp32"),
+            Param("n_rows", "i32"), Param("n_cols", "i32", divisible=True),
+            Param("stride_dx", "i32", divisible=True), Param("stride_dy", "i32", divisible=True),
+            Param("stride_x", "i32", divisible=True)),
+    dtypes=("bf16", "fp16"), align_classes=("a16",), archs=GROUPED_ARCHS,
+    configs=(GROUPED_CONFIG,), rule=lambda: GROUPED_CONFIG,
+)
+
+SPECS = (FWD, BWD, BWD_GROUPED)

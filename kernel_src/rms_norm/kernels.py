@@ -474,41 +474,39 @@ def rms_norm_fwd_staged(Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, 
 # row's time to arrive. At the end each program adds its dw slice into a zeroed fp32 row, and
 # the last of the n_groups programs of each slice writes it in W's dtype. H200, 2^26 bf16
 # elements: 85% of copy at 16K-64K columns against 70 / 59 / 55% (docs/perf-notes.md,
-# session 14). The op takes it (rms_norm.py: grouped_applies) for plain RMSNorm backwards of
-# 2-byte data on sm90 in the aligned class, n_cols a multiple of BLOCK_N, outside torch's
-# deterministic mode; its grid fits the GPU at once (tests/test_grouped_norm_backward.py).
+# session 14). With HAS_DRES (the fused add's backward) pass 2 also adds the residual
+# gradient, read from global memory: 90-92% of its 8-byte floor (session 15). The op takes it
+# (rms_norm.py: grouped_applies) for RMSNorm and fused add backwards of 2-byte data on sm90
+# in the aligned class, n_cols a multiple of BLOCK_N, outside torch's deterministic mode; its
+# grid fits the GPU at once (tests/test_grouped_norm_backward.py).
 
 @gluon.jit
 def _dot_share(ring_x, ring_dy, slot, w, layout: gl.constexpr):
     """This program's share of a row's sum(dy * w' * x), from the ring."""
-    x = ring_x.index(slot).load(layout).to(gl.float32)
-    dy = ring_dy.index(slot).load(layout).to(gl.float32)
+    x = staged_rows.widen(ring_x.index(slot).load(layout))
+    dy = staged_rows.widen(ring_dy.index(slot).load(layout))
     return gl.sum(dy * w * x, axis=0)
 
 
 @gluon.jit
 def rms_norm_bwd_grouped(DX, DW_SUM, DW, SYNC, WORDS, DY, X, W, RSTD, n_rows, n_cols,
-                         stride_dx, stride_dy, stride_x, offset, CASTING: gl.constexpr,
-                         BLOCK_N: gl.constexpr, SLOTS: gl.constexpr,
-                         PROGRAMS_PER_SM: gl.constexpr):
-    """rms_norm_bwd's function (no dres) on the grouped layout (see above): dx = rstd * (dy*w'
-    - x*rstd^2*mean(dy*w'*x)), dw = sum over rows of dy * xhat. DW_SUM (n_cols fp32), SYNC
-    (split int32) and WORDS (n_rows * split int64) zeroed by the op; DX may be DY. The grid is
-    whole groups, all resident (PROGRAMS_PER_SM: the op's grid)."""
+                         stride_dx, stride_dy, stride_x, offset, DRES, stride_dres,
+                         CASTING: gl.constexpr, BLOCK_N: gl.constexpr, SLOTS: gl.constexpr,
+                         PROGRAMS_PER_SM: gl.constexpr, HAS_DRES: gl.constexpr):
+    """rms_norm_bwd's function on the grouped layout (see above): dx = rstd * (dy*w' -
+    x*rstd^2*mean(dy*w'*x)) (+ dres, read in pass 2, when HAS_DRES), dw = sum over rows of
+    dy * xhat. DW_SUM (n_cols fp32), SYNC (split int32) and WORDS (n_rows * split int64)
+    zeroed by the op; DX may be DY. The grid is whole groups, all resident (PROGRAMS_PER_SM:
+    the op's grid)."""
     gl.static_assert(SLOTS >= 3)  # rows k and k + 1 held, one more streaming in
     layout: gl.constexpr = gl.BlockedLayout([8], [32], [gl.num_warps()], [0])
     ring_x = gl.allocate_shared_memory(X.dtype.element_ty, [SLOTS, BLOCK_N],
                                        staged_rows.RING_LAYOUT)
     ring_dy = gl.allocate_shared_memory(DY.dtype.element_ty, [SLOTS, BLOCK_N],
                                         staged_rows.RING_LAYOUT)
-    split = n_cols // BLOCK_N
-    n_groups = gl.num_programs(0) // split
-    group = gl.program_id(0) // split
-    part = gl.program_id(0) % split
-    cols = part * BLOCK_N + gl.arange(0, BLOCK_N, layout)
-    for t in gl.static_range(SLOTS):
-        staged_rows.issue_pair(ring_x, ring_dy, X, DY, stride_x, stride_dy, n_rows, t, group,
-                               n_groups, cols, SLOTS)
+    split, n_groups, group, part, cols = staged_rows.group_slice(n_cols, BLOCK_N, layout)
+    staged_rows.start_pair_ring(ring_x, ring_dy, X, DY, stride_x, stride_dy, n_rows, group,
+                                n_groups, cols, SLOTS)
     w = gl.load(W + cols).to(gl.float32) + offset
     dw = gl.zeros([BLOCK_N], gl.float32, layout)
     n_mine = gl.cdiv(n_rows - group, n_groups)
@@ -524,16 +522,20 @@ def rms_norm_bwd_grouped(DX, DW_SUM, DW, SYNC, WORDS, DY, X, W, RSTD, n_rows, n_
         dot_next = _dot_share(ring_x, ring_dy, (k + 1) % SLOTS, w, layout)
         if (split > 1) & (k + 1 < n_mine):
             staged_rows.publish_word(WORDS, (row + n_groups) * split + part, dot_next)
+        if HAS_DRES:
+            dres = gl.load(DRES + row.to(gl.int64) * stride_dres + cols)
         if split > 1:
             shares, _ = staged_rows.collect_words(WORDS, row * split, 1, split,
                                                   MAX_GROUPED_SPLIT)
             dot = gl.sum(shares, axis=0)
         # pass 2 of row k, its slot then refilled with row k + SLOTS
-        x = ring_x.index(k % SLOTS).load(layout).to(gl.float32)
-        dy = ring_dy.index(k % SLOTS).load(layout).to(gl.float32)
+        x = staged_rows.widen(ring_x.index(k % SLOTS).load(layout))
+        dy = staged_rows.widen(ring_dy.index(k % SLOTS).load(layout))
         staged_rows.issue_pair(ring_x, ring_dy, X, DY, stride_x, stride_dy, n_rows, k + SLOTS,
                                group, n_groups, cols, SLOTS)
         dx = rstd * (dy * w - x * (rstd * rstd * dot / n_cols))
+        if HAS_DRES:
+            dx += staged_rows.widen(dres)
         gl.store(DX + row.to(gl.int64) * stride_dx + cols, dx.to(DX.dtype.element_ty))
         if CASTING == 0:
             dw += dy * _round_staged(x * rstd, X)

@@ -127,11 +127,16 @@ BWD = KernelSpec(
 # 14): 4-warp programs 8 an SM with 2048-column slices and 3 ring slots (24 KB; 64 registers,
 # no spills) ran 16K / 32K / 64K columns at 85.0 / 84.9 / 84.8% of copy, the library's
 # backwards 70 / 59 / 55%. One config: the grid's programs must all be resident.
-GROUPED_CONFIG = Config({"BLOCK_N": 2048, "SLOTS": 3, "PROGRAMS_PER_SM": 8}, num_warps=4,
-                        maxnreg=64)
+GROUPED_CONFIG = Config({"BLOCK_N": 2048, "SLOTS": 3, "PROGRAMS_PER_SM": 8, "HAS_DRES": 0},
+                        num_warps=4, maxnreg=64)
+# The fused add's backward (dx += dres, read in pass 2 from global memory), 7 an SM at 72
+# registers (no spills; at 64, 32 bytes): 89% of its 8-byte floor at 16K-64K, against 88% at
+# 6 an SM with w in shared memory (session 15).
+GROUPED_DRES_CONFIG = Config({"BLOCK_N": 2048, "SLOTS": 3, "PROGRAMS_PER_SM": 7,
+                              "HAS_DRES": 1}, num_warps=4, maxnreg=72)
 MAX_GROUPED_SPLIT = 32  # programs a row: up to 65536 columns
-# Row lengths that take it (the op also needs sm90, 2-byte data in the aligned class, no
-# residual gradient and torch's deterministic mode off): multiples of BLOCK_N from 16K, where
+# Row lengths that take it (the op also needs sm90, 2-byte data in the aligned class and
+# torch's deterministic mode off): multiples of BLOCK_N from 16K, where
 # the library's other backwards fall under 80%, to 64K, the longest timed.
 GROUPED_MIN_COLS = 16384
 GROUPED_MAX_COLS = MAX_GROUPED_SPLIT * GROUPED_CONFIG.constexprs["BLOCK_N"]
@@ -146,10 +151,12 @@ BWD_GROUPED = KernelSpec(
             Param("RSTD", "ptr", dtype="fp32"), Param("n_rows", "i32"),
             Param("n_cols", "i32", divisible=True),
             Param("stride_dx", "i32", divisible=True), Param("stride_dy", "i32", divisible=True),
-            Param("stride_x", "i32", divisible=True), Param("offset", "fp32")),
+            Param("stride_x", "i32", divisible=True), Param("offset", "fp32"),
+            Param("DRES", "ptr"), Param("stride_dres", "i32", divisible=True)),
     options={"CASTING": (0, 1, 2)},
     dtypes=("bf16", "fp16"), align_classes=("a16",), archs=GROUPED_ARCHS,
-    configs=(GROUPED_CONFIG,), rule=lambda: GROUPED_CONFIG,
+    configs=(GROUPED_CONFIG, GROUPED_DRES_CONFIG),
+    rule=lambda has_dres: GROUPED_DRES_CONFIG if has_dres else GROUPED_CONFIG,
 )
 
 SPECS = (FWD, BWD, BWD_GROUPED)

@@ -169,16 +169,20 @@ def aligned16(tensors, ints) -> bool:
 _GROUPED_DTYPES = (torch.bfloat16, torch.float16)
 
 
-def grouped_backward_applies(kernel_spec, cache: dict, enabled, s2, dy2, params) -> bool:
-    """Whether a grouped norm backward (rms_norm/kernels.py, rms_norm_bwd_grouped: each row
-    read once; `kernel_spec` the family's spec module, its GROUPED_* names) takes a
-    backward of rows s2 and gradient dy2 with the 1-D fp32 or weight tensors `params`: a GPU
+def grouped_backward_applies(kernel_spec, cache: dict, enabled, s2, dy2, params,
+                             more_rows=()) -> bool:
+    """Whether a grouped norm backward (rms_norm_bwd_grouped, layer_norm_bwd_grouped: each
+    row read once; `kernel_spec` the family's spec module, its GROUPED_* names) takes a
+    backward of rows s2 and gradient dy2 (and the row tensors `more_rows` of their shape:
+    the fused add's residual gradient) with the 1-D fp32 or weight tensors `params`: a GPU
     whose arch it is built for (cached in `cache`; `enabled` the env switch), 2-byte data of
     one dtype, rows of a multiple of its slice from GROUPED_MIN_COLS to GROUPED_MAX_COLS, the
     aligned class (16-byte pointers, 32-bit strides a multiple of 16), and torch's
     deterministic mode off (its weight-gradient sums are atomic adds)."""
     rows, n = s2.shape
-    if s2.dtype not in _GROUPED_DTYPES or dy2.dtype != s2.dtype or rows == 0:
+    row_tensors = (dy2, s2) + tuple(more_rows)
+    if s2.dtype not in _GROUPED_DTYPES or rows == 0 \
+            or any(t.dtype != s2.dtype for t in row_tensors):
         return False
     if any(p.dtype not in (s2.dtype, torch.float32) for p in params):
         return False
@@ -190,19 +194,19 @@ def grouped_backward_applies(kernel_spec, cache: dict, enabled, s2, dy2, params)
         return False
     if not device_runs(cache, device, kernel_spec.GROUPED_ARCHS, enabled):
         return False
-    strides = (row_stride(dy2), row_stride(s2))
-    return max(strides) < 2**31 and aligned16((dy2, s2) + tuple(params), strides)
+    strides = tuple(row_stride(t) for t in row_tensors)
+    return max(strides) < 2**31 and aligned16(row_tensors + tuple(params), strides)
 
 
 def grouped_backward_buffers(rows: int, n: int, split: int, sums: int, device) -> tuple:
     """A grouped norm backward's zeroed scratch from one allocation (one memset): `sums`
-    fp32 rows of n (its column sums: dw), the slices' `split` int32 counters, and `sums`
-    int64 words a (row, part); each part 16-byte aligned. Returns ((rows...), counters,
-    words)."""
+    fp32 rows of n (its column sums: dw, or dw and db), the slices' `split` int32 counters,
+    and one int64 word a (row, part) (its shares of the row: kernel_src/staged_rows.py); each
+    part 16-byte aligned. Returns ((rows...), counters, words)."""
     row_words = (n + 3) // 4 * 2  # int64 elements a 16-byte aligned fp32 row takes
     sync_at = sums * row_words
     words_at = sync_at + (split + 3) // 4 * 2
-    buf = torch.zeros(words_at + rows * split * sums, dtype=torch.int64, device=device)
+    buf = torch.zeros(words_at + rows * split, dtype=torch.int64, device=device)
     sum_rows = tuple(buf[i * row_words:(i + 1) * row_words].view(torch.float32)[:n]
                      for i in range(sums))
     return sum_rows, buf[sync_at:words_at].view(torch.int32)[:split], buf[words_at:]

@@ -8,13 +8,17 @@ from typing import Optional
 import torch
 
 from liger_aot.kernel_src.layer_norm import spec
+from liger_aot.kernel_src.spec import grouped_grid
 from liger_aot.runtime import Kernel
 
-from ._common import (block_grid, check_float, check_same_device, norm_backward_grid,
+from ._common import (block_grid, check_float, check_same_device, grouped_backward_applies,
+                      grouped_backward_buffers, multiprocessor_count, norm_backward_grid,
                       row_stride, rows_view, weight_grad_buffers)
 
 _fwd = Kernel(spec.FWD)
 _bwd = Kernel(spec.BWD)
+_bwd_grouped = Kernel(spec.BWD_GROUPED)
+_grouped_devices = {}  # device index -> whether its arch runs the grouped backward
 
 
 def layer_norm_forward(x, weight, bias, eps):
@@ -42,6 +46,9 @@ def layer_norm_backward(dy, x2, weight, mean, rstd, need_dw=True, need_db=True):
     dy2 = rows_view("grad_output", dy, n)
     if dy2.dtype != x2.dtype:
         dy2 = dy2.to(x2.dtype)
+    if grouped_applies(dy2, x2, weight, mean, rstd):
+        dx, dw, db = _grouped_backward(dy2, x2, weight, mean, rstd)
+        return dx, dw if need_dw else None, db if need_db else None
     dx = torch.empty((rows, n), dtype=x2.dtype, device=x2.device)
     device = x2.get_device()
     config = _bwd.select_config(device, n, dtype=x2.dtype)
@@ -56,6 +63,28 @@ def layer_norm_backward(dy, x2, weight, mean, rstd, need_dw=True, need_db=True):
         dw = dw_sum.sum(0).to(weight.dtype) if need_dw else None
         db = db_sum.sum(0).to(weight.dtype) if need_db else None
     return dx, dw if need_dw else None, db if need_db else None
+
+
+def grouped_applies(dy2, x2, weight, mean, rstd) -> bool:
+    """Whether the grouped backward (kernels.py: layer_norm_bwd_grouped, each row read once)
+    takes a LayerNorm backward (see _common.grouped_backward_applies)."""
+    from liger_aot.runtime._env import grouped_norm_backward
+
+    return weight.dtype == x2.dtype and grouped_backward_applies(
+        spec, _grouped_devices, grouped_norm_backward, x2, dy2, (weight, mean, rstd))
+
+
+def _grouped_backward(dy2, x2, weight, mean, rstd):
+    rows, n = x2.shape
+    dx = torch.empty_like(x2)
+    config = _bwd_grouped.select_config(x2.get_device())
+    split, programs = grouped_grid(rows, n, multiprocessor_count(x2.get_device()), config)
+    (dw_sum, db_sum), sync, words = grouped_backward_buffers(rows, n, split, 2, x2.device)
+    dw, db = torch.empty_like(weight), torch.empty_like(weight)
+    _bwd_grouped.launch((programs,), dx, dw_sum, db_sum, dw, db, sync, words, dy2, x2, weight,
+                        mean, rstd, rows, n, row_stride(dx), row_stride(dy2), row_stride(x2),
+                        dtype=x2.dtype, config=config)
+    return dx, dw, db
 
 
 class LayerNormFunction(torch.autograd.Function):

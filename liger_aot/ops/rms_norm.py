@@ -82,8 +82,9 @@ def _backward(dy, s2, weight, rstd, offset, casting, dres=None, in_place=False,
         dres2 = dy2  # placeholder, never read
     shared = has_dres and dres2.data_ptr() == dy2.data_ptr()
     device = s2.get_device()
-    if not has_dres and grouped_applies(dy2, s2, weight, rstd):
-        return _grouped_backward(dy2, s2, weight, rstd, offset, casting, in_place, need_dw)
+    if grouped_applies(dy2, s2, weight, rstd, dres2 if has_dres else None):
+        return _grouped_backward(dy2, s2, weight, rstd, offset, casting,
+                                 in_place and not shared, need_dw, dres2 if has_dres else None)
     config = _bwd.select_config(device, n, has_dres, dtype=s2.dtype)
     # the interleaved layout's column programs read dy after row programs wrote dx
     interleaved = config.constexprs["CHUNK_ROWS"] > 0
@@ -108,25 +109,28 @@ def _backward(dy, s2, weight, rstd, offset, casting, dres=None, in_place=False,
     return dx, dw_sum.sum(0).to(weight.dtype) if rows else torch.zeros_like(weight)
 
 
-def grouped_applies(dy2, s2, weight, rstd) -> bool:
+def grouped_applies(dy2, s2, weight, rstd, dres2=None) -> bool:
     """Whether the grouped backward (kernels.py: rms_norm_bwd_grouped, each row read once)
-    takes a plain RMSNorm backward (see _common.grouped_backward_applies)."""
+    takes an RMSNorm backward, with the fused add's residual gradient dres2 or without (see
+    _common.grouped_backward_applies)."""
     from liger_aot.runtime._env import grouped_norm_backward
 
     return weight.dtype == s2.dtype and grouped_backward_applies(
-        spec, _grouped_devices, grouped_norm_backward, s2, dy2, (weight, rstd))
+        spec, _grouped_devices, grouped_norm_backward, s2, dy2, (weight, rstd),
+        () if dres2 is None else (dres2,))
 
 
-def _grouped_backward(dy2, s2, weight, rstd, offset, casting, in_place, need_dw):
+def _grouped_backward(dy2, s2, weight, rstd, offset, casting, in_place, need_dw, dres2):
     rows, n = s2.shape
     dx = dy2 if in_place and dy2.is_contiguous() else torch.empty_like(s2)
-    split, programs = grouped_grid(rows, n, multiprocessor_count(s2.get_device()),
-                                   spec.GROUPED_CONFIG)
+    config = _bwd_grouped.select_config(s2.get_device(), dres2 is not None)
+    split, programs = grouped_grid(rows, n, multiprocessor_count(s2.get_device()), config)
     (dw_sum,), sync, words = grouped_backward_buffers(rows, n, split, 1, s2.device)
     dw = torch.empty(n, dtype=weight.dtype, device=s2.device)
+    dres2 = dy2 if dres2 is None else dres2  # placeholder, never read without HAS_DRES
     _bwd_grouped.launch((programs,), dx, dw_sum, dw, sync, words, dy2, s2, weight, rstd, rows,
                         n, row_stride(dx), row_stride(dy2), row_stride(s2), float(offset),
-                        dtype=s2.dtype, config=spec.GROUPED_CONFIG,
+                        dres2, row_stride(dres2), dtype=s2.dtype, config=config,
                         options=(("CASTING", casting),))
     return dx, (dw if need_dw else None)
 

@@ -46,7 +46,7 @@ def staged_cross_entropy() -> bool:
 
 
 def grouped_norm_backward() -> bool:
-    """LIGER_AOT_GROUPED_NORM_BWD=0 keeps RMSNorm backwards off the grouped kernel (which,
-    like the staged cross-entropy, needs all of its grid's programs resident at once: see
-    kernel_src/rms_norm/kernels.py). Read once per device."""
+    """LIGER_AOT_GROUPED_NORM_BWD=0 keeps RMSNorm, fused add and LayerNorm backwards off the
+    grouped kernels (which, like the staged cross-entropy, need all of their grid's programs
+    resident at once: see kernel_src/rms_norm/kernels.py). Read once per device."""
     return _switch("LIGER_AOT_GROUPED_NORM_BWD")

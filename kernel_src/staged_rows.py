@@ -214,6 +214,15 @@ def widen(v):
 
 
 @gluon.jit
+def pair_ring(A, B, SLOTS: gl.constexpr, BLOCK_N: gl.constexpr):
+    """The two rings of a grouped program (x and dy): SLOTS row slices of BLOCK_N elements
+    each, in A's and B's dtypes."""
+    ring_a = gl.allocate_shared_memory(A.dtype.element_ty, [SLOTS, BLOCK_N], RING_LAYOUT)
+    ring_b = gl.allocate_shared_memory(B.dtype.element_ty, [SLOTS, BLOCK_N], RING_LAYOUT)
+    return ring_a, ring_b
+
+
+@gluon.jit
 def group_slice(n_cols, BLOCK_N: gl.constexpr, layout: gl.constexpr):
     """(split, n_groups, group, part, cols) of a grouped norm backward's program: its row
     group of split = n_cols / BLOCK_N consecutive programs, its part in it, and the columns

@@ -464,10 +464,7 @@ def layer_norm_bwd_grouped(DX, DW_SUM, DB_SUM, DW, DB, SYNC, WORDS, DY, X, W, ME
     The grid is whole groups, all resident (PROGRAMS_PER_SM: the op's grid)."""
     gl.static_assert(SLOTS >= 3)  # rows k and k + 1 held, one more streaming in
     layout: gl.constexpr = gl.BlockedLayout([8], [32], [gl.num_warps()], [0])
-    ring_x = gl.allocate_shared_memory(X.dtype.element_ty, [SLOTS, BLOCK_N],
-                                       staged_rows.RING_LAYOUT)
-    ring_dy = gl.allocate_shared_memory(DY.dtype.element_ty, [SLOTS, BLOCK_N],
-                                        staged_rows.RING_LAYOUT)
+    ring_x, ring_dy = staged_rows.pair_ring(X, DY, SLOTS, BLOCK_N)
     w_buf = gl.allocate_shared_memory(W.dtype.element_ty, [BLOCK_N if W_SHARED else 8],
                                       staged_rows.RING_LAYOUT)
     split, n_groups, group, part, cols = staged_rows.group_slice(n_cols, BLOCK_N, layout)

@@ -500,10 +500,7 @@ def rms_norm_bwd_grouped(DX, DW_SUM, DW, SYNC, WORDS, DY, X, W, RSTD, n_rows, n_
     the op's grid)."""
     gl.static_assert(SLOTS >= 3)  # rows k and k + 1 held, one more streaming in
     layout: gl.constexpr = gl.BlockedLayout([8], [32], [gl.num_warps()], [0])
-    ring_x = gl.allocate_shared_memory(X.dtype.element_ty, [SLOTS, BLOCK_N],
-                                       staged_rows.RING_LAYOUT)
-    ring_dy = gl.allocate_shared_memory(DY.dtype.element_ty, [SLOTS, BLOCK_N],
-                                        staged_rows.RING_LAYOUT)
+    ring_x, ring_dy = staged_rows.pair_ring(X, DY, SLOTS, BLOCK_N)
     split, n_groups, group, part, cols = staged_rows.group_slice(n_cols, BLOCK_N, layout)
     staged_rows.start_pair_ring(ring_x, ring_dy, X, DY, stride_x, stride_dy, n_rows, group,
                                 n_groups, cols, SLOTS)

@@ -88,14 +88,15 @@ BWD = KernelSpec(
 # The grouped backward (kernels.py, layer_norm_bwd_grouped; rms_norm/spec.py's grouped
 # backward with two sums a row and db): rows split over groups of programs, BLOCK_N columns
 # each, every row read once. One config: the grid's programs must all be resident.
-GROUPED_CONFIG = Config({"BLOCK_N": 2048, "SLOTS": 3, "PROGRAMS_PER_SM": 6, "W_SHARED": 1},
-                        num_warps=4, maxnreg=80)
+GROUPED_BLOCK_N = 2048  # the config's slice: the op's row-length check reads it
+GROUPED_CONFIG = Config({"BLOCK_N": GROUPED_BLOCK_N, "SLOTS": 3, "PROGRAMS_PER_SM": 6,
+                         "W_SHARED": 1}, num_warps=4, maxnreg=80)
 MAX_GROUPED_SPLIT = 32  # programs a row: up to 65536 columns
 # Row lengths that take it (the op also needs sm90, 2-byte data in the aligned class and
 # torch's deterministic mode off): multiples of BLOCK_N from 16K, where the other
 # backwards run under 60% of copy, to 64K, the longest timed.
 GROUPED_MIN_COLS = 16384
-GROUPED_MAX_COLS = MAX_GROUPED_SPLIT * GROUPED_CONFIG.constexprs["BLOCK_N"]
+GROUPED_MAX_COLS = MAX_GROUPED_SPLIT * GROUPED_BLOCK_N
 GROUPED_ARCHS = ("sm90",)
 
 BWD_GROUPED = KernelSpec(

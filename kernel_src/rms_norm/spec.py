@@ -127,19 +127,20 @@ BWD = KernelSpec(
 # 14): 4-warp programs 8 an SM with 2048-column slices and 3 ring slots (24 KB; 64 registers,
 # no spills) ran 16K / 32K / 64K columns at 85.0 / 84.9 / 84.8% of copy, the library's
 # backwards 70 / 59 / 55%. One config: the grid's programs must all be resident.
-GROUPED_CONFIG = Config({"BLOCK_N": 2048, "SLOTS": 3, "PROGRAMS_PER_SM": 8, "HAS_DRES": 0},
-                        num_warps=4, maxnreg=64)
+GROUPED_BLOCK_N = 2048  # both configs' slice: the op's row-length check reads it
+GROUPED_CONFIG = Config({"BLOCK_N": GROUPED_BLOCK_N, "SLOTS": 3, "PROGRAMS_PER_SM": 8,
+                         "HAS_DRES": 0}, num_warps=4, maxnreg=64)
 # The fused add's backward (dx += dres, read in pass 2 from global memory), 7 an SM at 72
 # registers (no spills; at 64, 32 bytes): 89% of its 8-byte floor at 16K-64K, against 88% at
 # 6 an SM with w in shared memory (session 15).
-GROUPED_DRES_CONFIG = Config({"BLOCK_N": 2048, "SLOTS": 3, "PROGRAMS_PER_SM": 7,
+GROUPED_DRES_CONFIG = Config({"BLOCK_N": GROUPED_BLOCK_N, "SLOTS": 3, "PROGRAMS_PER_SM": 7,
                               "HAS_DRES": 1}, num_warps=4, maxnreg=72)
 MAX_GROUPED_SPLIT = 32  # programs a row: up to 65536 columns
 # Row lengths that take it (the op also needs sm90, 2-byte data in the aligned class and
 # torch's deterministic mode off): multiples of BLOCK_N from 16K, where
 # the library's other backwards fall under 80%, to 64K, the longest timed.
 GROUPED_MIN_COLS = 16384
-GROUPED_MAX_COLS = MAX_GROUPED_SPLIT * GROUPED_CONFIG.constexprs["BLOCK_N"]
+GROUPED_MAX_COLS = MAX_GROUPED_SPLIT * GROUPED_BLOCK_N
 GROUPED_ARCHS = ("sm90",)
 
 

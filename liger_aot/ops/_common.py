@@ -176,18 +176,20 @@ def grouped_backward_applies(kernel_spec, cache: dict, enabled, s2, dy2, params,
     backward of rows s2 and gradient dy2 (and the row tensors `more_rows` of their shape:
     the fused add's residual gradient) with the 1-D fp32 or weight tensors `params`: a GPU
     whose arch it is built for (cached in `cache`; `enabled` the env switch), 2-byte data of
-    one dtype, rows of a multiple of its slice from GROUPED_MIN_COLS to GROUPED_MAX_COLS, the
-    aligned class (16-byte pointers, 32-bit strides a multiple of 16), and torch's
-    deterministic mode off (its weight-gradient sums are atomic adds)."""
+    one dtype, rows of a multiple of its slice (GROUPED_BLOCK_N) from GROUPED_MIN_COLS to
+    GROUPED_MAX_COLS, the aligned class (16-byte pointers, 32-bit strides a multiple of 16),
+    and torch's deterministic mode off (its weight-gradient sums are atomic adds). The row
+    length, which refuses the models' usual rows, is checked first: this runs every
+    backward."""
     rows, n = s2.shape
+    if not (kernel_spec.GROUPED_MIN_COLS <= n <= kernel_spec.GROUPED_MAX_COLS
+            and n % kernel_spec.GROUPED_BLOCK_N == 0):
+        return False
     row_tensors = (dy2, s2) + tuple(more_rows)
     if s2.dtype not in _GROUPED_DTYPES or rows == 0 \
             or any(t.dtype != s2.dtype for t in row_tensors):
         return False
     if any(p.dtype not in (s2.dtype, torch.float32) for p in params):
-        return False
-    if not (kernel_spec.GROUPED_MIN_COLS <= n <= kernel_spec.GROUPED_MAX_COLS
-            and n % kernel_spec.GROUPED_CONFIG.constexprs["BLOCK_N"] == 0):
         return False
     device = s2.get_device()
     if device < 0 or torch.are_deterministic_algorithms_enabled():

@@ -1,4 +1,5 @@
-"""Shared by the GPU sweep scripts (kernels.py has its own, device-agnostic version)."""
+"""Shared by the GPU sweep scripts (kernels.py has its own, device-agnostic copy bandwidth;
+it takes capture_graph from here)."""
 import csv
 import os
 

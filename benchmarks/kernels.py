@@ -102,8 +102,11 @@ import torch
 import torch.nn.functional as F
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+for _path in (ROOT, os.path.join(ROOT, "benchmarks")):  # the package; _gpu beside this file
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+from _gpu import capture_graph  # noqa: E402
 
 PATHS = ("liger-aot", "eager", "torch.compile", "liger-kernel")
 NORM_NS = (1024, 2048, 4096, 8192, 16384, 32768, 65536)
@@ -447,15 +450,7 @@ class Bench:
         None on CPU; raises when fn cannot be captured (e.g. it synchronizes with the host)."""
         if self.device == "cpu":
             return None
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
+        graph = capture_graph(fn)
         try:
             return self.time(graph.replay, min_rep_ms)
         finally:

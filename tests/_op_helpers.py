@@ -93,9 +93,9 @@ def opcheck_rowwise(fwd_op, bwd_op, forward):
     """torch.library.opcheck of a row-wise op's forward (x) and backward (dy, y) on (3, 20);
     forward(x) gives y."""
     x = torch.randn(3, 20, requires_grad=True)
-    torch.library.opcheck(fwd_op, (x,))
+    torch.library.opcheck(fwd_op.custom_op, (x,))
     y = forward(x.detach())
-    torch.library.opcheck(bwd_op, (torch.randn(3, 20), y))
+    torch.library.opcheck(bwd_op.custom_op, (torch.randn(3, 20), y))
 
 
 def check_glu_empty(glu, shape):

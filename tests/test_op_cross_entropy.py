@@ -433,11 +433,11 @@ def test_cross_entropy_opcheck():
     logits, target = make(4, 50, torch.float32, seed=12)
     x = logits.requires_grad_()
     weight = class_weight(50)
-    torch.library.opcheck(cross_entropy_fwd_op,
+    torch.library.opcheck(cross_entropy_fwd_op.custom_op,
                           (x, target, None, -100, "mean", 0.0, 0.0, 0.0, False, False, True))
-    torch.library.opcheck(cross_entropy_fwd_op,
+    torch.library.opcheck(cross_entropy_fwd_op.custom_op,
                           (x, target, weight, -100, "none", 0.1, 1e-2, 4.0, True, True, True))
-    torch.library.opcheck(cross_entropy_fwd_op,
+    torch.library.opcheck(cross_entropy_fwd_op.custom_op,
                           (x.detach(), target, None, 3, "sum", 0.0, 0.0, 0.0, True, False,
                            False))
 

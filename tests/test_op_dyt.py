@@ -107,9 +107,9 @@ def test_dyt_opcheck():
     torch.manual_seed(5)
     x, a, g, b = (torch.randn(3, 40, requires_grad=True), torch.tensor([0.5], requires_grad=True),
                   torch.randn(40, requires_grad=True), torch.randn(40, requires_grad=True))
-    torch.library.opcheck(dyt_mod.dyt_fwd_op, (x, a, g, b))
-    torch.library.opcheck(dyt_mod.dyt_fwd_op, (x, a, g, None))
-    torch.library.opcheck(dyt_mod.dyt_bwd_op,
+    torch.library.opcheck(dyt_mod.dyt_fwd_op.custom_op, (x, a, g, b))
+    torch.library.opcheck(dyt_mod.dyt_fwd_op.custom_op, (x, a, g, None))
+    torch.library.opcheck(dyt_mod.dyt_bwd_op.custom_op,
                           (torch.randn(3, 40), x.detach(), a.detach(), g.detach()))
 
 

@@ -158,12 +158,12 @@ def test_fused_add_rms_norm_opcheck():
     torch.manual_seed(7)
     x, r, w = (torch.randn(3, 40, requires_grad=True), torch.randn(3, 40, requires_grad=True),
                torch.randn(40, requires_grad=True))
-    torch.library.opcheck(rms_mod.fused_add_rms_norm_fwd_op, (x, r, w, 1e-6, 0.0, 1))
+    torch.library.opcheck(rms_mod.fused_add_rms_norm_fwd_op.custom_op, (x, r, w, 1e-6, 0.0, 1))
     _, s, rstd = rms_mod.fused_add_rms_norm_fwd_op(x.detach(), r.detach(), w.detach(), 1e-6,
                                                    0.0, 1)
     dy, ds = torch.randn(3, 40), torch.randn(3, 40)
     for grad_s in (ds, None):
-        torch.library.opcheck(rms_mod.fused_add_rms_norm_bwd_op,
+        torch.library.opcheck(rms_mod.fused_add_rms_norm_bwd_op.custom_op,
                               (dy, grad_s, s, w.detach(), rstd, 0.0, 1))
 
 

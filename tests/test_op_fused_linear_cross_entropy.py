@@ -518,13 +518,13 @@ def test_flce_opcheck():
     x, w, target, b = make(5, 8, 20, torch.float32, seed=16, bias=True)
     xs, ws, bs = (t.clone().requires_grad_() for t in (x, w, b))
     cw = torch.rand(20) + 0.5
-    torch.library.opcheck(fused_linear_cross_entropy_fwd_op,
+    torch.library.opcheck(fused_linear_cross_entropy_fwd_op.custom_op,
                           (xs, ws, target, bs, None, -100, 0.0, 0.0, "mean", 0.0, False,
                            False, None, False, True, True, True, 2))
-    torch.library.opcheck(fused_linear_cross_entropy_fwd_op,
+    torch.library.opcheck(fused_linear_cross_entropy_fwd_op.custom_op,
                           (xs, ws, target, None, cw, -100, 1e-2, 0.1, "none", 3.0, True,
                            True, torch.float32, True, True, True, False, 0))
-    torch.library.opcheck(fused_linear_cross_entropy_bwd_op,
+    torch.library.opcheck(fused_linear_cross_entropy_bwd_op.custom_op,
                           (torch.rand(5), x, w, target, b, cw, -100, 1e-2, 0.1, 3.0, None,
                            False, True, True, True, 2))
 

@@ -206,9 +206,9 @@ def test_fused_linear_jsd_opcheck():
     s_in.requires_grad_()
     s_w.requires_grad_()
     labels = torch.tensor([1, -100, 2, 3])
-    torch.library.opcheck(fused_linear_jsd_fwd_op,
+    torch.library.opcheck(fused_linear_jsd_fwd_op.custom_op,
                           (s_in, s_w, t_in, t_w, labels, 0.5, -100, 1.0, 2, True, True))
-    torch.library.opcheck(fused_linear_jsd_fwd_op,
+    torch.library.opcheck(fused_linear_jsd_fwd_op.custom_op,
                           (s_in, s_w, t_in, t_w, None, 0.0, -100, 2.0, 0, True, False))
 
 

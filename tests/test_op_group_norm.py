@@ -109,10 +109,10 @@ def test_group_norm_opcheck():
     torch.manual_seed(5)
     x, w, b = (torch.randn(2, 6, 10, requires_grad=True), torch.randn(6, requires_grad=True),
                torch.randn(6, requires_grad=True))
-    torch.library.opcheck(gn_mod.group_norm_fwd_op, (x, w, b, 3, 1e-5))
-    torch.library.opcheck(gn_mod.group_norm_fwd_op, (x, w, None, 3, 1e-5))
+    torch.library.opcheck(gn_mod.group_norm_fwd_op.custom_op, (x, w, b, 3, 1e-5))
+    torch.library.opcheck(gn_mod.group_norm_fwd_op.custom_op, (x, w, None, 3, 1e-5))
     _, mean, rstd = gn_mod.group_norm_fwd_op(x.detach(), w.detach(), b.detach(), 3, 1e-5)
-    torch.library.opcheck(gn_mod.group_norm_bwd_op,
+    torch.library.opcheck(gn_mod.group_norm_bwd_op.custom_op,
                           (torch.randn(2, 6, 10), x.detach(), w.detach(), mean, rstd, 3))
 
 

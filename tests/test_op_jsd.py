@@ -157,9 +157,9 @@ def test_jsd_opcheck():
     x, y = make((3, 40), torch.float32, seed=11)
     x.requires_grad_()
     labels = torch.tensor([1, -100, 2])
-    torch.library.opcheck(jsd_fwd_op, (x, y, labels, 0.5, -100))
-    torch.library.opcheck(jsd_fwd_op, (x, y, None, 0.0, -100))
-    torch.library.opcheck(jsd_bwd_op, (torch.tensor(0.5), x.detach(), y, labels, 0.3, -100))
+    torch.library.opcheck(jsd_fwd_op.custom_op, (x, y, labels, 0.5, -100))
+    torch.library.opcheck(jsd_fwd_op.custom_op, (x, y, None, 0.0, -100))
+    torch.library.opcheck(jsd_bwd_op.custom_op, (torch.tensor(0.5), x.detach(), y, labels, 0.3, -100))
 
 
 def test_jsd_bad_inputs():

@@ -137,9 +137,9 @@ def test_kl_div_opcheck():
     x, t = make((3, 40), torch.float32, False, seed=9)
     x.requires_grad_()
     for reduction in ("batchmean", "none"):
-        torch.library.opcheck(kl_div_fwd_op, (x, t, reduction, False, 1e-10))
-    torch.library.opcheck(kl_div_bwd_op, (torch.tensor(0.5), t, "mean", False))
-    torch.library.opcheck(kl_div_bwd_op, (torch.randn(3, 40), t, "none", True))
+        torch.library.opcheck(kl_div_fwd_op.custom_op, (x, t, reduction, False, 1e-10))
+    torch.library.opcheck(kl_div_bwd_op.custom_op, (torch.tensor(0.5), t, "mean", False))
+    torch.library.opcheck(kl_div_bwd_op.custom_op, (torch.randn(3, 40), t, "none", True))
 
 
 def test_kl_div_bad_inputs():

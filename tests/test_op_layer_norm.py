@@ -107,10 +107,10 @@ def test_layer_norm_opcheck():
     torch.manual_seed(5)
     x, w, b = (torch.randn(3, 40, requires_grad=True), torch.randn(40, requires_grad=True),
                torch.randn(40, requires_grad=True))
-    torch.library.opcheck(ln_mod.layer_norm_fwd_op, (x, w, b, 1e-5))
-    torch.library.opcheck(ln_mod.layer_norm_fwd_op, (x, w, None, 1e-5))
+    torch.library.opcheck(ln_mod.layer_norm_fwd_op.custom_op, (x, w, b, 1e-5))
+    torch.library.opcheck(ln_mod.layer_norm_fwd_op.custom_op, (x, w, None, 1e-5))
     _, mean, rstd = ln_mod.layer_norm_fwd_op(x.detach(), w.detach(), b.detach(), 1e-5)
-    torch.library.opcheck(ln_mod.layer_norm_bwd_op,
+    torch.library.opcheck(ln_mod.layer_norm_bwd_op.custom_op,
                           (torch.randn(3, 40), x.detach(), w.detach(), mean, rstd))
 
 

@@ -160,5 +160,5 @@ def test_llama4_rope_opcheck():
     xq = torch.randn(1, 3, 2, 16, requires_grad=True)
     xk = torch.randn(1, 3, 1, 16, requires_grad=True)
     freqs = torch.view_as_real(llama4_freqs(1, 3, 16)).flatten(-2)
-    torch.library.opcheck(llama4_rope_fwd_op, (xq, xk, freqs))
-    torch.library.opcheck(llama4_rope_bwd_op, (xq.detach(), xk.detach(), freqs))
+    torch.library.opcheck(llama4_rope_fwd_op.custom_op, (xq, xk, freqs))
+    torch.library.opcheck(llama4_rope_bwd_op.custom_op, (xq.detach(), xk.detach(), freqs))

@@ -137,5 +137,5 @@ def test_mrope_opcheck():
     q = torch.randn(1, 2, 3, 16, requires_grad=True)
     k = torch.randn(1, 1, 3, 16, requires_grad=True)
     cos, sin = torch.randn(3, 1, 3, 16), torch.randn(3, 1, 3, 16)
-    torch.library.opcheck(rope_fwd_op, (q, k, cos, sin, 1, 2, 5))
-    torch.library.opcheck(rope_bwd_op, (q.detach(), k.detach(), cos, sin, 1, 2, 5))
+    torch.library.opcheck(rope_fwd_op.custom_op, (q, k, cos, sin, 1, 2, 5))
+    torch.library.opcheck(rope_bwd_op.custom_op, (q.detach(), k.detach(), cos, sin, 1, 2, 5))

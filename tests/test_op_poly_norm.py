@@ -118,9 +118,9 @@ def test_poly_norm_opcheck():
     torch.manual_seed(6)
     x, w, b = (torch.randn(3, 40, requires_grad=True), torch.randn(3, requires_grad=True),
                torch.randn((), requires_grad=True))
-    torch.library.opcheck(poly_mod.poly_norm_fwd_op, (x, w, b, 1e-6))
+    torch.library.opcheck(poly_mod.poly_norm_fwd_op.custom_op, (x, w, b, 1e-6))
     _, rstd = poly_mod.poly_norm_fwd_op(x.detach(), w.detach(), b.detach(), 1e-6)
-    torch.library.opcheck(poly_mod.poly_norm_bwd_op,
+    torch.library.opcheck(poly_mod.poly_norm_bwd_op.custom_op,
                           (torch.randn(3, 40), x.detach(), w.detach(), b.detach(), rstd))
 
 

@@ -75,8 +75,8 @@ def test_relu_squared_opcheck():
     from liger_aot.ops.relu_squared import relu_squared_bwd_op, relu_squared_fwd_op
 
     x = torch.randn(3, 20, requires_grad=True)
-    torch.library.opcheck(relu_squared_fwd_op, (x,))
-    torch.library.opcheck(relu_squared_bwd_op, (torch.randn(3, 20), x.detach()))
+    torch.library.opcheck(relu_squared_fwd_op.custom_op, (x,))
+    torch.library.opcheck(relu_squared_bwd_op.custom_op, (torch.randn(3, 20), x.detach()))
 
 
 def test_relu_squared_module():

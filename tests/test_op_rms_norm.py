@@ -213,9 +213,9 @@ def test_rms_norm_opcheck():
     torch.manual_seed(10)
     x = torch.randn(3, 40, requires_grad=True)
     w = torch.randn(40, requires_grad=True)
-    torch.library.opcheck(rms_mod.rms_norm_fwd_op, (x, w, 1e-6, 0.0, 0))
+    torch.library.opcheck(rms_mod.rms_norm_fwd_op.custom_op, (x, w, 1e-6, 0.0, 0))
     y, rstd = rms_mod.rms_norm_fwd_op(x.detach(), w.detach(), 1e-6, 0.0, 0)
-    torch.library.opcheck(rms_mod.rms_norm_bwd_op,
+    torch.library.opcheck(rms_mod.rms_norm_bwd_op.custom_op,
                           (torch.randn(3, 40), x.detach(), w.detach(), rstd, 0.0, 0))
 
 

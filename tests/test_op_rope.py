@@ -173,8 +173,8 @@ def test_rope_opcheck():
     cos, sin = hf_cos_sin(1, 3, 16, torch.float32)
     from liger_aot.ops.rope import rope_bwd_op, rope_fwd_op
 
-    torch.library.opcheck(rope_fwd_op, (q, k, cos, sin, 1, -1, -1))
-    torch.library.opcheck(rope_bwd_op, (q.detach(), k.detach(), cos, sin, 1, -1, -1))
+    torch.library.opcheck(rope_fwd_op.custom_op, (q, k, cos, sin, 1, -1, -1))
+    torch.library.opcheck(rope_bwd_op.custom_op, (q.detach(), k.detach(), cos, sin, 1, -1, -1))
 
 
 # -- Hugging Face layout: one launch each way, no q/k-sized copies, gradients in q/k's strides

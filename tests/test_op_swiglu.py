@@ -95,8 +95,8 @@ def test_glu_opcheck(act):
 
     a = torch.randn(3, 20, requires_grad=True)
     b = torch.randn(3, 20, requires_grad=True)
-    torch.library.opcheck(glu_fwd_op, (a, b, act))
-    torch.library.opcheck(glu_bwd_op, (torch.randn(3, 20), a.detach(), b.detach(), act))
+    torch.library.opcheck(glu_fwd_op.custom_op, (a, b, act))
+    torch.library.opcheck(glu_bwd_op.custom_op, (torch.randn(3, 20), a.detach(), b.detach(), act))
 
 
 class _Config:

@@ -154,10 +154,10 @@ def test_tvd_opcheck():
     p, q = make((3, 40), torch.float32, seed=11)
     p.requires_grad_()
     labels = torch.tensor([1, -100, 2])
-    torch.library.opcheck(tvd_fwd_op, (p, q, labels, "batchmean", -100))
-    torch.library.opcheck(tvd_fwd_op, (p, q, None, "none", -100))
-    torch.library.opcheck(tvd_bwd_op, (torch.tensor(0.5), p.detach(), q, labels, "mean", -100))
-    torch.library.opcheck(tvd_bwd_op, (torch.randn(3, 40), p.detach(), q, None, "none", -100))
+    torch.library.opcheck(tvd_fwd_op.custom_op, (p, q, labels, "batchmean", -100))
+    torch.library.opcheck(tvd_fwd_op.custom_op, (p, q, None, "none", -100))
+    torch.library.opcheck(tvd_bwd_op.custom_op, (torch.tensor(0.5), p.detach(), q, labels, "mean", -100))
+    torch.library.opcheck(tvd_bwd_op.custom_op, (torch.randn(3, 40), p.detach(), q, None, "none", -100))
 
 
 def test_tvd_bad_inputs():

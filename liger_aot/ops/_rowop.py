@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from ._common import rows_view
+from ._custom_ops import lazy_custom_op
 
 
 class RowOp:
@@ -45,8 +46,8 @@ class RowOp:
             return last_dim_backward(dy, y)
 
         self.Function = Function
-        self.fwd_op = torch.library.custom_op(f"liger_aot::{name}_fwd", fwd, mutates_args=())
-        self.bwd_op = torch.library.custom_op(f"liger_aot::{name}_bwd", bwd, mutates_args=())
+        self.fwd_op = lazy_custom_op(f"liger_aot::{name}_fwd", fwd)
+        self.bwd_op = lazy_custom_op(f"liger_aot::{name}_bwd", bwd)
         self.fwd_op.register_fake(lambda x: torch.empty(x.shape, dtype=x.dtype, device=x.device))
         self.bwd_op.register_fake(
             lambda dy, y: torch.empty(y.shape, dtype=y.dtype, device=y.device))

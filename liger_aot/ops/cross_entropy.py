@@ -39,6 +39,7 @@ from liger_aot.runtime import Kernel
 
 from ._common import (aligned16, check_float, check_same_device, check_tensor, device_runs,
                       graph_retained, last_dim_contiguous, multiprocessor_count)
+from ._custom_ops import lazy_custom_op
 
 _fwd = Kernel(spec.FWD)
 _scale = Kernel(spec.SCALE)
@@ -300,7 +301,7 @@ class CrossEntropyFunction(torch.autograd.Function):
 
 # torch.compile path: the forward as a custom op, so dynamo traces a call as one node (no
 # graph break) and autograd comes from register_autograd. Always out of place.
-@torch.library.custom_op("liger_aot::cross_entropy_fwd", mutates_args=())
+@lazy_custom_op("liger_aot::cross_entropy_fwd")
 def cross_entropy_fwd_op(logits: torch.Tensor, target: torch.Tensor,
                          weight: Optional[torch.Tensor], ignore_index: int, reduction: str,
                          label_smoothing: float, lse_square_scale: float, softcap: float,

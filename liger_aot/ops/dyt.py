@@ -10,6 +10,7 @@ from liger_aot.kernel_src.dyt import spec
 from liger_aot.runtime import Kernel
 
 from ._common import check_float, check_same_device, persistent_grid, row_stride, rows_view
+from ._custom_ops import lazy_custom_op
 
 _fwd = Kernel(spec.FWD)
 _bwd = Kernel(spec.BWD)
@@ -73,7 +74,7 @@ class DyTFunction(torch.autograd.Function):
 
 
 # torch.compile path: custom ops traced as single nodes (see ops/rms_norm.py).
-@torch.library.custom_op("liger_aot::dyt_fwd", mutates_args=())
+@lazy_custom_op("liger_aot::dyt_fwd")
 def dyt_fwd_op(x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor,
                beta: Optional[torch.Tensor]) -> torch.Tensor:
     return dyt_forward(x, alpha, gamma, beta)[0]
@@ -84,7 +85,7 @@ def _(x, alpha, gamma, beta):
     return torch.empty_like(x)
 
 
-@torch.library.custom_op("liger_aot::dyt_bwd", mutates_args=())
+@lazy_custom_op("liger_aot::dyt_bwd")
 def dyt_bwd_op(dy: torch.Tensor, x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     dx, dalpha, dgamma, dbeta = dyt_backward(dy, rows_view("x", x, x.shape[-1]), alpha, gamma)

@@ -29,6 +29,7 @@ from torch.autograd.function import once_differentiable
 
 from ._common import (check_float, check_same_device, check_same_dtype, check_tensor,
                       graph_retained, liger_chunk_rows)
+from ._custom_ops import lazy_custom_op
 from .cross_entropy import (CrossEntropyOutput, check_class_weight, check_options,
                             kernel_flags, launch_rows, needs_scales, reduce_rows,
                             reduction_scales, scale_grad)
@@ -282,7 +283,7 @@ class FusedLinearCrossEntropyFunction(torch.autograd.Function):
 
 
 # torch.compile path: custom ops (one node each for dynamo), autograd via register_autograd.
-@torch.library.custom_op("liger_aot::fused_linear_cross_entropy_fwd", mutates_args=())
+@lazy_custom_op("liger_aot::fused_linear_cross_entropy_fwd")
 def fused_linear_cross_entropy_fwd_op(
         x: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
         bias: Optional[torch.Tensor], ce_weight: Optional[torch.Tensor], ignore_index: int,
@@ -318,7 +319,7 @@ def _(x, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_
                 (weight.shape[0],) if grads and need_db else (0,)))
 
 
-@torch.library.custom_op("liger_aot::fused_linear_cross_entropy_bwd", mutates_args=())
+@lazy_custom_op("liger_aot::fused_linear_cross_entropy_bwd")
 def fused_linear_cross_entropy_bwd_op(
         grad_rows: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
         bias: Optional[torch.Tensor], ce_weight: Optional[torch.Tensor], ignore_index: int,

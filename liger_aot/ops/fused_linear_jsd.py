@@ -23,6 +23,7 @@ from liger_aot.kernel_src.jsd import spec
 from liger_aot.runtime import Kernel
 
 from ._common import check_float, check_same_device, check_tensor, liger_chunk_rows
+from ._custom_ops import lazy_custom_op
 from .jsd import check_beta, check_labels, label_args
 
 _rows = Kernel(spec.FUSED_LINEAR_ROWS)
@@ -108,7 +109,7 @@ class FusedLinearJSDFunction(torch.autograd.Function):
 
 # torch.compile path: the forward (gradients included) as one custom op; the backward is a
 # plain multiply that the compiler traces. Unneeded gradients come back as empty tensors.
-@torch.library.custom_op("liger_aot::fused_linear_jsd_fwd", mutates_args=())
+@lazy_custom_op("liger_aot::fused_linear_jsd_fwd")
 def fused_linear_jsd_fwd_op(s_in: torch.Tensor, s_w: torch.Tensor, t_in: torch.Tensor,
                             t_w: torch.Tensor, labels: Optional[torch.Tensor], beta: float,
                             ignore_index: int, temperature: float, chunk_size: int,

@@ -11,6 +11,7 @@ from liger_aot.kernel_src.group_norm import spec
 from liger_aot.runtime import Kernel
 
 from ._common import check_float, check_same_device
+from ._custom_ops import lazy_custom_op
 
 _fwd = Kernel(spec.FWD)
 _bwd = Kernel(spec.BWD)
@@ -83,7 +84,7 @@ class GroupNormFunction(torch.autograd.Function):
 
 
 # torch.compile path: custom ops traced as single nodes (see ops/rms_norm.py).
-@torch.library.custom_op("liger_aot::group_norm_fwd", mutates_args=())
+@lazy_custom_op("liger_aot::group_norm_fwd")
 def group_norm_fwd_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                       num_groups: int, eps: float
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -98,7 +99,7 @@ def _(x, weight, bias, num_groups, eps):
             x.new_empty(rows, dtype=torch.float32))
 
 
-@torch.library.custom_op("liger_aot::group_norm_bwd", mutates_args=())
+@lazy_custom_op("liger_aot::group_norm_bwd")
 def group_norm_bwd_op(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                       mean: torch.Tensor, rstd: torch.Tensor, num_groups: int
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -21,6 +21,7 @@ from liger_aot.runtime import Kernel
 
 from ._common import (check_float, check_same_device, check_same_dtype, check_same_shape,
                       check_tensor, row_stride, rows_view)
+from ._custom_ops import lazy_custom_op
 
 _jsd = Kernel(spec.JSD)
 
@@ -112,7 +113,7 @@ class JSDFunction(torch.autograd.Function):
 
 
 # torch.compile path: the same helpers as custom ops (one graph node each, no graph break).
-@torch.library.custom_op("liger_aot::jsd_fwd", mutates_args=())
+@lazy_custom_op("liger_aot::jsd_fwd")
 def jsd_fwd_op(x: torch.Tensor, y: torch.Tensor, labels: Optional[torch.Tensor], beta: float,
                ignore_index: int) -> torch.Tensor:
     return jsd_forward(x, y, labels, beta, ignore_index)
@@ -123,7 +124,7 @@ def _(x, y, labels, beta, ignore_index):
     return x.new_empty(())
 
 
-@torch.library.custom_op("liger_aot::jsd_bwd", mutates_args=())
+@lazy_custom_op("liger_aot::jsd_bwd")
 def jsd_bwd_op(grad_output: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
                labels: Optional[torch.Tensor], beta: float, ignore_index: int) -> torch.Tensor:
     return jsd_backward(grad_output, x, y, labels, beta, ignore_index)

@@ -15,6 +15,7 @@ from liger_aot.runtime import Kernel
 
 from ._common import (check_float, check_same_device, check_same_dtype, check_same_shape,
                       row_stride, rows_view)
+from ._custom_ops import lazy_custom_op
 
 _fwd = Kernel(spec.FWD)
 _bwd = Kernel(spec.BWD)
@@ -110,7 +111,7 @@ class KLDivFunction(torch.autograd.Function):
 
 
 # torch.compile path: the same helpers as custom ops (one graph node each, no graph break).
-@torch.library.custom_op("liger_aot::kl_div_fwd", mutates_args=())
+@lazy_custom_op("liger_aot::kl_div_fwd")
 def kl_div_fwd_op(x: torch.Tensor, target: torch.Tensor, reduction: str, log_target: bool,
                   eps: float) -> torch.Tensor:
     return kl_div_forward(x, target, reduction, log_target, eps)
@@ -123,7 +124,7 @@ def _(x, target, reduction, log_target, eps):
     return x.new_empty((), dtype=torch.float32)
 
 
-@torch.library.custom_op("liger_aot::kl_div_bwd", mutates_args=())
+@lazy_custom_op("liger_aot::kl_div_bwd")
 def kl_div_bwd_op(grad_output: torch.Tensor, target: torch.Tensor, reduction: str,
                   log_target: bool) -> torch.Tensor:
     return kl_div_backward(grad_output, target, reduction, log_target)

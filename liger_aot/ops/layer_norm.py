@@ -14,6 +14,7 @@ from liger_aot.runtime import Kernel
 from ._common import (block_grid, check_float, check_same_device, grouped_backward_applies,
                       grouped_backward_buffers, multiprocessor_count, norm_backward_grid,
                       row_stride, rows_view, weight_grad_buffers)
+from ._custom_ops import lazy_custom_op
 
 _fwd = Kernel(spec.FWD)
 _bwd = Kernel(spec.BWD)
@@ -104,7 +105,7 @@ class LayerNormFunction(torch.autograd.Function):
 
 
 # torch.compile path: custom ops traced as single nodes (see ops/rms_norm.py).
-@torch.library.custom_op("liger_aot::layer_norm_fwd", mutates_args=())
+@lazy_custom_op("liger_aot::layer_norm_fwd")
 def layer_norm_fwd_op(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                       eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     y, _, mean, rstd = layer_norm_forward(x, weight, bias, eps)
@@ -118,7 +119,7 @@ def _(x, weight, bias, eps):
             x.new_empty(rows, dtype=torch.float32))
 
 
-@torch.library.custom_op("liger_aot::layer_norm_bwd", mutates_args=())
+@lazy_custom_op("liger_aot::layer_norm_bwd")
 def layer_norm_bwd_op(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                       mean: torch.Tensor, rstd: torch.Tensor
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

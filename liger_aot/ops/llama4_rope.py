@@ -10,6 +10,7 @@ from liger_aot.kernel_src.llama4_rope import spec
 from liger_aot.runtime import Kernel
 
 from ._common import check_float, check_same_device, check_same_dtype, last_dim_contiguous
+from ._custom_ops import lazy_custom_op
 
 _kernel = Kernel(spec.LLAMA4_ROPE)
 
@@ -80,7 +81,7 @@ def _fake_out(x):
     return _like(last_dim_contiguous(x))
 
 
-@torch.library.custom_op("liger_aot::llama4_rope_fwd", mutates_args=())
+@lazy_custom_op("liger_aot::llama4_rope_fwd")
 def llama4_rope_fwd_op(q: torch.Tensor, k: torch.Tensor,
                        freqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return llama4_rope_forward(q, k, freqs)
@@ -91,7 +92,7 @@ def _(q, k, freqs):
     return _fake_out(q), _fake_out(k)
 
 
-@torch.library.custom_op("liger_aot::llama4_rope_bwd", mutates_args=())
+@lazy_custom_op("liger_aot::llama4_rope_bwd")
 def llama4_rope_bwd_op(dqo: torch.Tensor, dko: torch.Tensor,
                        freqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return llama4_rope_backward(dqo, dko, freqs, (dqo.shape, dqo.dtype, dqo.device),

@@ -10,6 +10,7 @@ from liger_aot.kernel_src.poly_norm import spec
 from liger_aot.runtime import Kernel
 
 from ._common import check_float, check_same_device, persistent_grid, row_stride, rows_view
+from ._custom_ops import lazy_custom_op
 
 _fwd = Kernel(spec.FWD)
 _bwd = Kernel(spec.BWD)
@@ -72,7 +73,7 @@ class PolyNormFunction(torch.autograd.Function):
 
 
 # torch.compile path: custom ops traced as single nodes (see ops/rms_norm.py); never in place.
-@torch.library.custom_op("liger_aot::poly_norm_fwd", mutates_args=())
+@lazy_custom_op("liger_aot::poly_norm_fwd")
 def poly_norm_fwd_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
                      eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     y, _, rstd = poly_norm_forward(x, weight, bias, eps)
@@ -84,7 +85,7 @@ def _(x, weight, bias, eps):
     return torch.empty_like(x), x.new_empty((math.prod(x.shape[:-1]), 3), dtype=torch.float32)
 
 
-@torch.library.custom_op("liger_aot::poly_norm_bwd", mutates_args=())
+@lazy_custom_op("liger_aot::poly_norm_bwd")
 def poly_norm_bwd_op(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                      bias: torch.Tensor, rstd: torch.Tensor
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -11,6 +11,7 @@ from liger_aot.kernel_src.relu_squared import spec
 from liger_aot.runtime import Kernel
 
 from ._common import check_float
+from ._custom_ops import lazy_custom_op
 
 _fwd = Kernel(spec.FWD)
 _bwd = Kernel(spec.BWD)
@@ -51,7 +52,7 @@ class ReLUSquaredFunction(torch.autograd.Function):
         return relu_squared_backward(dy, x)
 
 
-@torch.library.custom_op("liger_aot::relu_squared_fwd", mutates_args=())
+@lazy_custom_op("liger_aot::relu_squared_fwd")
 def relu_squared_fwd_op(x: torch.Tensor) -> torch.Tensor:
     return relu_squared_forward(x)[0]
 
@@ -61,7 +62,7 @@ def _(x):
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
-@torch.library.custom_op("liger_aot::relu_squared_bwd", mutates_args=())
+@lazy_custom_op("liger_aot::relu_squared_bwd")
 def relu_squared_bwd_op(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return relu_squared_backward(dy, x.contiguous())
 

@@ -15,6 +15,7 @@ from ._common import (block_grid, check_float, check_same_device, check_same_dty
                       check_same_shape, grouped_backward_applies, grouped_backward_buffers,
                       multiprocessor_count, norm_backward_grid, row_stride, rows_view,
                       weight_grad_buffers)
+from ._custom_ops import lazy_custom_op
 
 _fwd = Kernel(spec.FWD)
 _bwd_grouped = Kernel(spec.BWD_GROUPED)
@@ -189,7 +190,7 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
 # autograd.Functions above, which cost less host time than custom-op dispatch. The compile
 # path never writes into a gradient's buffer (custom ops do not mutate their inputs):
 # in_place only applies to eager calls.
-@torch.library.custom_op("liger_aot::rms_norm_fwd", mutates_args=())
+@lazy_custom_op("liger_aot::rms_norm_fwd")
 def rms_norm_fwd_op(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float,
                     casting: int) -> tuple[torch.Tensor, torch.Tensor]:
     y, _, rstd = _forward(x, weight, eps, offset, casting)
@@ -201,7 +202,7 @@ def _(x, weight, eps, offset, casting):
     return torch.empty_like(x), x.new_empty(_rows(x), dtype=torch.float32)
 
 
-@torch.library.custom_op("liger_aot::rms_norm_bwd", mutates_args=())
+@lazy_custom_op("liger_aot::rms_norm_bwd")
 def rms_norm_bwd_op(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor,
                     offset: float, casting: int) -> tuple[torch.Tensor, torch.Tensor]:
     dx, dw = _backward(dy, rows_view("x", x, x.shape[-1]), weight, rstd, offset, casting)
@@ -228,7 +229,7 @@ def _backward_op(ctx, dy, _drstd):
 rms_norm_fwd_op.register_autograd(_backward_op, setup_context=_setup_context)
 
 
-@torch.library.custom_op("liger_aot::fused_add_rms_norm_fwd", mutates_args=())
+@lazy_custom_op("liger_aot::fused_add_rms_norm_fwd")
 def fused_add_rms_norm_fwd_op(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                               eps: float, offset: float, casting: int
                               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -242,7 +243,7 @@ def _(x, residual, weight, eps, offset, casting):
             x.new_empty(_rows(x), dtype=torch.float32))
 
 
-@torch.library.custom_op("liger_aot::fused_add_rms_norm_bwd", mutates_args=())
+@lazy_custom_op("liger_aot::fused_add_rms_norm_bwd")
 def fused_add_rms_norm_bwd_op(dy: torch.Tensor, ds: Optional[torch.Tensor], s: torch.Tensor,
                               weight: torch.Tensor, rstd: torch.Tensor, offset: float,
                               casting: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,6 +12,7 @@ from liger_aot.kernel_src.rope import spec
 from liger_aot.runtime import Kernel
 
 from ._common import SUPPORTED_DTYPES, check_float, check_same_device, check_same_dtype
+from ._custom_ops import lazy_custom_op
 
 _rope = Kernel(spec.ROPE)
 
@@ -243,7 +244,7 @@ def _fake_out(x):
     return _out(_unit_last(x))
 
 
-@torch.library.custom_op("liger_aot::rope_fwd", mutates_args=())
+@lazy_custom_op("liger_aot::rope_fwd")
 def rope_fwd_op(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 unsqueeze_dim: int, sec0: int, sec1: int) -> tuple[torch.Tensor, torch.Tensor]:
     return rope_forward(q, k, cos, sin, unsqueeze_dim, _sections(sec0, sec1))
@@ -254,7 +255,7 @@ def _(q, k, cos, sin, unsqueeze_dim, sec0, sec1):
     return _fake_out(q), _fake_out(k)
 
 
-@torch.library.custom_op("liger_aot::rope_bwd", mutates_args=())
+@lazy_custom_op("liger_aot::rope_bwd")
 def rope_bwd_op(dqo: torch.Tensor, dko: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 unsqueeze_dim: int, sec0: int, sec1: int) -> tuple[torch.Tensor, torch.Tensor]:
     return rope_backward(dqo, dko, cos, sin, unsqueeze_dim, dqo.dtype, _sections(sec0, sec1))

@@ -13,6 +13,7 @@ from liger_aot.runtime import Kernel
 
 from ._common import (SUPPORTED_DTYPES, check_float, check_same_device, check_same_dtype,
                       check_same_shape, graph_retained, row_stride, rows_view)
+from ._custom_ops import lazy_custom_op
 
 _fwd = Kernel(spec.FWD)
 _bwd = Kernel(spec.BWD)
@@ -180,7 +181,7 @@ class SwiGLUFunction(torch.autograd.Function):
 
 
 # torch.compile path: custom ops with register_fake and register_autograd (no graph break).
-@torch.library.custom_op("liger_aot::glu_fwd", mutates_args=())
+@lazy_custom_op("liger_aot::glu_fwd")
 def glu_fwd_op(a: torch.Tensor, b: torch.Tensor, act: int) -> torch.Tensor:
     return glu_forward(a, b, act)[0]
 
@@ -190,7 +191,7 @@ def _(a, b, act):
     return torch.empty(a.shape, dtype=a.dtype, device=a.device)
 
 
-@torch.library.custom_op("liger_aot::glu_bwd", mutates_args=())
+@lazy_custom_op("liger_aot::glu_bwd")
 def glu_bwd_op(dc: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
                act: int) -> tuple[torch.Tensor, torch.Tensor]:
     n = a.shape[-1]

@@ -20,6 +20,7 @@ from liger_aot.runtime import Kernel
 
 from ._common import (check_float, check_same_device, check_same_dtype, check_same_shape,
                       check_tensor, row_stride, rows_view)
+from ._custom_ops import lazy_custom_op
 from .jsd import check_labels, label_args
 
 _fwd = Kernel(spec.FWD)
@@ -99,7 +100,7 @@ class TVDFunction(torch.autograd.Function):
 
 
 # torch.compile path: the same helpers as custom ops (one graph node each, no graph break).
-@torch.library.custom_op("liger_aot::tvd_fwd", mutates_args=())
+@lazy_custom_op("liger_aot::tvd_fwd")
 def tvd_fwd_op(p: torch.Tensor, q: torch.Tensor, labels: Optional[torch.Tensor],
                reduction: str, ignore_index: int) -> torch.Tensor:
     return tvd_forward(p, q, labels, reduction, ignore_index)
@@ -112,7 +113,7 @@ def _(p, q, labels, reduction, ignore_index):
     return p.new_empty((), dtype=torch.float32)
 
 
-@torch.library.custom_op("liger_aot::tvd_bwd", mutates_args=())
+@lazy_custom_op("liger_aot::tvd_bwd")
 def tvd_bwd_op(grad_output: torch.Tensor, p: torch.Tensor, q: torch.Tensor,
                labels: Optional[torch.Tensor], reduction: str, ignore_index: int
                ) -> torch.Tensor:

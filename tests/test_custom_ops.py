@@ -74,8 +74,8 @@ def test_reset_before_first_compile_costs_one_graph_break():
 
 def test_define_all_before_compile_after_reset():
     out = run("import torch, torch._dynamo\nFULLGRAPH = True\n"
-              "from liger_aot.ops import rms_norm, _custom_ops\ntorch._dynamo.reset()\n"
-              "_custom_ops.define_all()\n"
+              "import liger_aot.ops\nfrom liger_aot.ops import rms_norm\n"
+              "torch._dynamo.reset()\nliger_aot.ops.define_custom_ops()\n"
               + textwrap.dedent(COMPILE_RMS_NORM))
     assert out == "before (True, True) after True True breaks 0"
 

@@ -15,7 +15,7 @@ modules (11 ops) took 47-48 ms with them defined and 14 ms without (docs/perf-no
   - at its first call otherwise (torch._dynamo.reset() clears the callbacks, so a compile
     after a reset that came before any compile finds the op undefined): it works, at the
     cost of a graph break in that trace; torch.compile(fullgraph=True) then fails. Call
-    define_all() before compiling to rule that out.
+    liger_aot.ops.define_custom_ops() (define_all here) before compiling to rule that out.
 """
 from __future__ import annotations
 

@@ -130,7 +130,8 @@ def test_parse_args_order_tiny_and_overrides(e2e):
 
 @pytest.mark.parametrize("argv", [["--models", "gpt2"], ["--modes", "hf,torch"],
                                   ["--device", "cpu", "--modes", "hf,liger-kernel"],
-                                  ["--steps", "-1"], ["--set", "novalue"]])
+                                  ["--steps", "-1"], ["--set", "novalue"],
+                                  ["--cold-repeats", "0"]])
 def test_parse_args_rejects(e2e, argv):
     with pytest.raises(SystemExit):
         e2e.parse_args(argv)
@@ -162,6 +163,33 @@ def test_child_env(e2e, monkeypatch):
     a = e2e.parse_args(["--block-triton"])
     assert e2e.child_spec("llama3_8b", "liger-aot", a)["block_triton"]
     assert not e2e.child_spec("llama3_8b", "hf", a)["block_triton"]
+
+
+def test_cold_repeats_plan_and_estimate(e2e):
+    a = e2e.parse_args(["--cold-repeats", "3", "--models", "qwen2_5_0_5b"])
+    q = "qwen2_5_0_5b"
+    assert e2e.repeat_plan(a) == [(q, "hf", 1), (q, "liger-aot", 1), (q, "hf", 2),
+                                  (q, "liger-aot", 2)]
+    assert e2e.repeat_plan(e2e.parse_args(["--modes", "hf,liger-kernel", "--cold-repeats",
+                                           "2"]))[0][1] == "hf"
+    assert e2e.repeat_plan(e2e.parse_args([])) == []
+    assert e2e.estimate_s(q, "hf", a, cold_only=True) < e2e.estimate_s(q, "hf", a)
+    spec = e2e.child_spec(q, "liger-aot", a, cold_only=True)
+    assert (spec["steps"], spec["warmup"]) == (0, 0)
+
+
+def test_byte_compile_libraries(e2e, tmp_path, monkeypatch):
+    for d in ("liger_aot", "kernel_src"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "m.py").write_text("X = 1\n")
+    monkeypatch.setattr(e2e, "ROOT", str(tmp_path))
+    monkeypatch.setattr(e2e, "LIBRARY_PACKAGES", {"liger-aot": "liger_aot",
+                                                  "liger-kernel": "no_such_package_xyz"})
+    assert e2e.byte_compile_libraries(["hf"]) == {}
+    done = e2e.byte_compile_libraries(["hf", "liger-aot", "liger-kernel-warm"])
+    assert done == {"liger_aot": "compiled", "no_such_package_xyz": "not found"}
+    for d in ("liger_aot", "kernel_src"):
+        assert any(f.startswith("m.") for f in os.listdir(tmp_path / d / "__pycache__"))
 
 
 # -- results: ratios, tables, files ----------------------------------------------------------
@@ -229,6 +257,30 @@ def test_goals(e2e):
     assert verdict["gemma2_2b", "tok/s"] == "n/a"
 
 
+def test_cold_repeats_medians_goal_and_table(e2e):
+    rs = fabricated()
+    by = {(r["model"], r["mode"]): r for r in rs}
+    runs = lambda firsts, lib: [dict(status="ok", first_step_s=f, lib_patch_s=lib)  # noqa: E731
+                                for f in firsts]
+    by["llama3_8b", "hf"]["cold_runs"] = runs([2.70, 2.0, 2.2], 0.0)
+    aot = by["llama3_8b", "liger-aot"]
+    aot["cold_runs"] = runs([2.60, 2.5, 2.3], 0.05) + [dict(status="timeout")]
+    e2e.summarize(rs)
+    assert by["llama3_8b", "hf"]["first_median_s"] == pytest.approx(2.2)
+    assert aot["cold_median_s"] == pytest.approx(2.55) and aot["cold_runs_ok"] == 3
+    assert aot["cold_x_hf_first_median"] == pytest.approx(2.55 / 2.2)
+    assert aot["cold_x_hf_first"] == pytest.approx(2.65 / 2.70)  # the main child's, kept
+    rows = {(m, g): v for m, g, v, _ in e2e.goals(rs)}
+    assert rows["llama3_8b", "lib+patch+first step <= 1.1 x HF first step (medians of 3 runs)"] \
+        == "1.16x"
+    assert ("gemma2_2b", "lib+patch+first step <= 1.1 x HF first step") in rows  # no repeats
+    table = e2e.cold_repeats_table(rs).splitlines()
+    assert len(table) == 4 and "3/4" in table[3] and "timeout" in table[3]
+    assert "--cold-repeats" in e2e.report_text(rs)
+    assert e2e.cold_repeats_table(fabricated()) == ""
+    assert "--cold-repeats" not in e2e.report_text(e2e.summarize(fabricated()))
+
+
 def test_report_text(e2e):
     rs = e2e.summarize(fabricated())
     text = e2e.report_text(rs, loss_steps=5, meta=dict(device="cuda", steps=10))
@@ -290,7 +342,7 @@ def test_cpu_tiny_run_end_to_end(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRITON_")}
     proc = subprocess.run([sys.executable, SCRIPT, "--device", "cpu", "--tiny", "--models",
                            "qwen2_5_0_5b", "--modes", "hf", "--steps", "1", "--warmup", "0",
-                           "--no-prewarm", "--out", str(tmp_path)],
+                           "--no-prewarm", "--cold-repeats", "2", "--out", str(tmp_path)],
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Cold start" in proc.stdout and "Steady state" in proc.stdout
@@ -308,6 +360,10 @@ def test_cpu_tiny_run_end_to_end(tmp_path):
     assert "1st forward" in proc.stdout
     assert (tmp_path / "end_to_end.csv").exists()
     assert (tmp_path / "logs" / "qwen2_5_0_5b_hf.log").exists()
+    # --cold-repeats 2: one more cold-only child, kept in the main result's cold_runs
+    assert [c["status"] for c in r["cold_runs"]] == ["ok", "ok"]
+    assert (tmp_path / "logs" / "qwen2_5_0_5b_hf_cold2.log").exists()
+    assert "Cold start over fresh processes" in proc.stdout
 
 
 def e2e_phases():

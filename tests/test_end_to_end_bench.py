@@ -369,3 +369,21 @@ def test_cpu_tiny_run_end_to_end(tmp_path):
 def e2e_phases():
     return ("import_torch", "cuda_init", "import_transformers", "lib_patch", "build_model",
             "optimizer_data", "first_step")
+
+
+def test_op_import_cost_cpu_tiny(tmp_path):
+    """benchmarks/op_import_cost.py: four fresh children; the lazy ones define no custom op,
+    the eager ones all that the imported modules declare."""
+    script = os.path.join(ROOT, "benchmarks", "op_import_cost.py")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRITON_")}
+    proc = subprocess.run([sys.executable, script, "--device", "cpu", "--tiny", "--repeats",
+                           "1", "--out", str(tmp_path)], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = json.loads((tmp_path / "op_import_cost.json").read_text())["runs"]
+    assert sorted(r["way"] for r in runs) == sorted(
+        ("lazy-pyc", "eager-pyc", "lazy-source", "eager-source"))
+    for r in runs:
+        assert r["seconds"] > 0 and r["declared"] >= 8
+        assert r["defined"] == (r["declared"] if r["way"].startswith("eager") else 0)
+    assert "median of 1" in proc.stdout

@@ -264,7 +264,8 @@ def test_cold_repeats_medians_goal_and_table(e2e):
                                 for f in firsts]
     by["llama3_8b", "hf"]["cold_runs"] = runs([2.70, 2.0, 2.2], 0.0)
     aot = by["llama3_8b", "liger-aot"]
-    aot["cold_runs"] = runs([2.60, 2.5, 2.3], 0.05) + [dict(status="timeout")]
+    aot["cold_runs"] = runs([2.60, 2.5, 2.3], 0.05) + [dict(status="timeout",
+                                                            error="killed after 240 s")]
     e2e.summarize(rs)
     assert by["llama3_8b", "hf"]["first_median_s"] == pytest.approx(2.2)
     assert aot["cold_median_s"] == pytest.approx(2.55) and aot["cold_runs_ok"] == 3
@@ -276,7 +277,8 @@ def test_cold_repeats_medians_goal_and_table(e2e):
     assert ("gemma2_2b", "lib+patch+first step <= 1.1 x HF first step") in rows  # no repeats
     table = e2e.cold_repeats_table(rs).splitlines()
     assert len(table) == 4 and "3/4" in table[3] and "timeout" in table[3]
-    assert "--cold-repeats" in e2e.report_text(rs)
+    text = e2e.report_text(rs)
+    assert "--cold-repeats" in text and "liger-aot cold run 4: timeout: killed after 240 s" in text
     assert e2e.cold_repeats_table(fabricated()) == ""
     assert "--cold-repeats" not in e2e.report_text(e2e.summarize(fabricated()))
 

@@ -80,7 +80,8 @@ def test_define_all_before_compile_after_reset():
     assert out == "before (True, True) after True True breaks 0"
 
 
-def test_fake_and_autograd_registered_before_and_after_definition():
+def test_fake_and_autograd_registered_before_and_after_definition(monkeypatch):
+    from liger_aot.ops import _custom_ops
     from liger_aot.ops._custom_ops import LazyCustomOp
 
     def fwd(x: torch.Tensor) -> torch.Tensor:
@@ -90,7 +91,10 @@ def test_fake_and_autograd_registered_before_and_after_definition():
         return dy * 3
 
     for i, define_first in enumerate((True, False)):
+        # not defined at declaration whatever this process imported first
+        monkeypatch.setattr(_custom_ops, "_define_at_declaration", False)
         op = LazyCustomOp(f"liger_aot_test::triple{i}", fwd)
+        assert "defined=False" in repr(op)
         if define_first:
             op.custom_op  # noqa: B018 - defines it
         op.register_fake(lambda x: torch.empty_like(x))

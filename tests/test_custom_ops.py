@@ -112,3 +112,22 @@ def test_op_modules_declare_lazy_ops(name):
     from liger_aot.ops._custom_ops import LazyCustomOp
 
     assert isinstance(getattr(rms_norm, name), LazyCustomOp)
+
+
+def test_export_defines_the_op_without_dynamo_compiling():
+    # non-strict torch.export traces without Dynamo, so no compile-start callback runs: the
+    # op is defined at its first call, outside any Dynamo trace, and lands in the graph
+    out = run("""
+        import torch, torch._dynamo
+        from liger_aot.ops import rms_norm as m
+        class M(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.w = torch.nn.Parameter(torch.randn(40))
+            def forward(self, x):
+                return m.rms_norm(x, self.w, 1e-6)
+        before = m.rms_norm_fwd_op._op is not None
+        ep = torch.export.export(M(), (torch.randn(3, 40),), strict=False)
+        print(before, m.rms_norm_fwd_op._op is not None, "liger_aot.rms_norm_fwd" in str(ep.graph))
+    """)
+    assert out == "False True True"

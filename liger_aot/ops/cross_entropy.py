@@ -36,6 +36,7 @@ from torch.autograd.function import once_differentiable
 
 from liger_aot.kernel_src.cross_entropy import spec
 from liger_aot.runtime import Kernel
+from liger_aot.runtime._env import staged_cross_entropy
 
 from ._common import (aligned16, check_float, check_same_device, check_tensor, device_runs,
                       graph_retained, last_dim_contiguous, multiprocessor_count)
@@ -182,8 +183,6 @@ def staged_applies(logits, flags, tensors, ints, ignore_index) -> bool:
 
 
 def _staged_device(device: int) -> bool:
-    from liger_aot.runtime._env import staged_cross_entropy
-
     return device_runs(_staged_devices, device, spec.STAGED_ARCHS, staged_cross_entropy)
 
 

@@ -10,6 +10,7 @@ import torch
 from liger_aot.kernel_src.layer_norm import spec
 from liger_aot.kernel_src.spec import grouped_grid
 from liger_aot.runtime import Kernel
+from liger_aot.runtime._env import grouped_norm_backward
 
 from ._common import (block_grid, check_float, check_same_device, grouped_backward_applies,
                       grouped_backward_buffers, multiprocessor_count, norm_backward_grid,
@@ -69,8 +70,6 @@ def layer_norm_backward(dy, x2, weight, mean, rstd, need_dw=True, need_db=True):
 def grouped_applies(dy2, x2, weight, mean, rstd) -> bool:
     """Whether the grouped backward (kernels.py: layer_norm_bwd_grouped, each row read once)
     takes a LayerNorm backward (see _common.grouped_backward_applies)."""
-    from liger_aot.runtime._env import grouped_norm_backward
-
     return weight.dtype == x2.dtype and grouped_backward_applies(
         spec, _grouped_devices, grouped_norm_backward, x2, dy2, (weight, mean, rstd))
 

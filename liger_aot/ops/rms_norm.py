@@ -10,6 +10,7 @@ import torch
 from liger_aot.kernel_src.rms_norm import spec
 from liger_aot.kernel_src.spec import grouped_grid
 from liger_aot.runtime import Kernel
+from liger_aot.runtime._env import grouped_norm_backward
 
 from ._common import (block_grid, check_float, check_same_device, check_same_dtype,
                       check_same_shape, grouped_backward_applies, grouped_backward_buffers,
@@ -83,9 +84,10 @@ def _backward(dy, s2, weight, rstd, offset, casting, dres=None, in_place=False,
         dres2 = dy2  # placeholder, never read
     shared = has_dres and dres2.data_ptr() == dy2.data_ptr()
     device = s2.get_device()
-    if grouped_applies(dy2, s2, weight, rstd, dres2 if has_dres else None):
+    grouped_dres = dres2 if has_dres else None
+    if grouped_applies(dy2, s2, weight, rstd, grouped_dres):
         return _grouped_backward(dy2, s2, weight, rstd, offset, casting,
-                                 in_place and not shared, need_dw, dres2 if has_dres else None)
+                                 in_place and not shared, need_dw, grouped_dres)
     config = _bwd.select_config(device, n, has_dres, dtype=s2.dtype)
     # the interleaved layout's column programs read dy after row programs wrote dx
     interleaved = config.constexprs["CHUNK_ROWS"] > 0
@@ -114,8 +116,6 @@ def grouped_applies(dy2, s2, weight, rstd, dres2=None) -> bool:
     """Whether the grouped backward (kernels.py: rms_norm_bwd_grouped, each row read once)
     takes an RMSNorm backward, with the fused add's residual gradient dres2 or without (see
     _common.grouped_backward_applies)."""
-    from liger_aot.runtime._env import grouped_norm_backward
-
     return weight.dtype == s2.dtype and grouped_backward_applies(
         spec, _grouped_devices, grouped_norm_backward, s2, dy2, (weight, rstd),
         () if dres2 is None else (dres2,))

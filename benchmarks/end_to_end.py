@@ -595,6 +595,8 @@ def child_spec(model: str, mode: str, args, cold_only: bool = False) -> dict:
 
 
 LIBRARY_PACKAGES = {"liger-aot": "liger_aot", "liger-kernel": "liger_kernel"}
+# liger_aot's source folders under ROOT (kernel_src and build_tools are symlinked into it)
+LIGER_AOT_SOURCE_DIRS = ("liger_aot", "kernel_src")
 
 
 def byte_compile_libraries(modes: list) -> dict:
@@ -610,7 +612,7 @@ def byte_compile_libraries(modes: list) -> dict:
         if not any(m.startswith(mode) for m in modes) or package in done:
             continue
         if package == "liger_aot":
-            dirs = [os.path.join(ROOT, d) for d in ("liger_aot", "kernel_src")]
+            dirs = [os.path.join(ROOT, d) for d in LIGER_AOT_SOURCE_DIRS]
         else:
             try:
                 spec = importlib.util.find_spec(package)

@@ -12,7 +12,7 @@ the patch applied, the model built, AdamW created. Four ways, each in its own pr
                   compiled from source (a source tree run without bytecode)
 
 For the `source` runs the script deletes liger_aot's and kernel_src's __pycache__ folders, and
-for the `pyc` runs it writes them (compileall); the children run with
+for the `pyc` runs it writes them (end_to_end.byte_compile_libraries); the children run with
 PYTHONDONTWRITEBYTECODE=1 so neither changes under them.
 
   python benchmarks/op_import_cost.py [--model qwen2_5_0_5b] [--repeats 2] [--out DIR]
@@ -23,7 +23,6 @@ Prints one line a run and a table of medians; writes op_import_cost.json to --ou
 from __future__ import annotations
 
 import argparse
-import compileall
 import importlib
 import json
 import os
@@ -79,17 +78,14 @@ def child(spec: dict):
                                    declared=len(_custom_ops._declared))), flush=True)
 
 
-def bytecode_dirs():
-    return [os.path.join(ROOT, d) for d in ("liger_aot", "kernel_src")]
-
-
-def set_bytecode(present: bool):
-    for top in bytecode_dirs():
-        if present:
-            if not compileall.compile_dir(top, quiet=2):
-                raise SystemExit(f"could not byte-compile {top} (read-only?)")
-            continue
-        for folder, subdirs, _ in os.walk(top):
+def set_bytecode(e2e, present: bool):
+    if present:  # as end_to_end.py does before its children
+        done = e2e.byte_compile_libraries(["liger-aot"])["liger_aot"]
+        if done != "compiled":
+            raise SystemExit(f"liger_aot {done}")
+        return
+    for top in e2e.LIGER_AOT_SOURCE_DIRS:
+        for folder, subdirs, _ in os.walk(os.path.join(ROOT, top)):
             if "__pycache__" in subdirs:
                 shutil.rmtree(os.path.join(folder, "__pycache__"))
                 subdirs.remove("__pycache__")
@@ -118,7 +114,7 @@ def main(argv=None) -> int:
         env["TRITON_INTERPRET"] = "1"
     runs = []
     for phase in ("source", "pyc"):  # source first: the pyc phase leaves the tree compiled
-        set_bytecode(phase == "pyc")
+        set_bytecode(e2e, phase == "pyc")
         for _ in range(args.repeats):
             for way in (w for w in WAYS if w.endswith(phase)):
                 spec = dict(way=way, model=args.model, device=args.device, tiny=args.tiny)

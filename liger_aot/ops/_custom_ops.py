@@ -105,7 +105,7 @@ def _on_compile_start(*_args):
         define_all()
 
 
-def _install_compile_hook() -> bool:
+def _install_compile_hook():
     global _define_at_declaration
     callback = sys.modules.get("torch._dynamo.callback")
     if callback is None and "torch._dynamo" in sys.modules:
@@ -114,11 +114,9 @@ def _install_compile_hook() -> bool:
         except ImportError:
             callback = None
     register = getattr(callback, "on_compile_start", None)
-    if register is None:
-        return False
-    register(_on_compile_start)
-    _define_at_declaration = False
-    return True
+    if register is not None:
+        register(_on_compile_start)
+        _define_at_declaration = False
 
 
 _install_compile_hook()

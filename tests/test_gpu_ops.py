@@ -105,16 +105,20 @@ STAGED_CASES = [(name, bucket, n) for name in ("rms_norm_fwd", "layer_norm_fwd")
 @pytest.mark.parametrize("name,bucket,hidden", STAGED_CASES,
                          ids=[f"{name}-{n}" for name, _, n in STAGED_CASES])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_staged_norm_forwards(name, bucket, hidden, dtype):
+def test_staged_norm_forwards(monkeypatch, name, bucket, hidden, dtype):
     """The sm90 table's staged forwards (Gluon, kernel_src/staged_rows.py) through the ops
     against float64: RMSNorm in its three casting modes, LayerNorm with and without bias.
     300 rows over one program an SM: programs take 2 or 3 rows, and the ring's last copies
-    lie past n_rows. (The tuner checked every staged candidate in bf16 before timing it.)"""
+    lie past n_rows. (The tuner checked every staged candidate in bf16 before timing it.)
+    The grouped forwards, which take most of these rows, are switched off."""
     from liger_aot.kernel_src import tuning
     from liger_aot.ops import layer_norm as ln_mod
     from liger_aot.ops import rms_norm as rms_mod
 
     mod = rms_mod if name == "rms_norm_fwd" else ln_mod
+    monkeypatch.setenv("LIGER_AOT_GROUPED_NORM_FWD", "0")
+    monkeypatch.setattr(mod, "_grouped_fwd_devices", {})
+    launches = _record_launches(monkeypatch, mod._fwd)
     assert mod._fwd.select_config(0, hidden, dtype=dtype) is _table_staged(name)[bucket]
     limit = 2e-2 if dtype == torch.bfloat16 else 2e-3
     rows, eps = 300, 1e-6
@@ -138,6 +142,48 @@ def test_staged_norm_forwards(name, bucket, hidden, dtype):
             assert rel(rstd, torch.rsqrt(x64.var(-1, unbiased=False) + eps)) < 1e-5
             assert rel(y, y_ref) < limit, bias is None
     assert tuning.bucket_key(mod._fwd.spec, (hidden,)).startswith(f"n_cols={bucket}")
+    assert launches  # the staged kernel's op, not the grouped one
+
+
+GROUPED_FWD_CASES = [  # (rows, hidden, dtype, casting, offset, residual)
+    (3000, 20480, torch.bfloat16, "llama", 0.0, False),  # 10 programs a row
+    (2048, 32768, torch.float16, "gemma", 1.0, False),
+    (1024, 65536, torch.bfloat16, "none", 0.0, False),
+    (7, 65536, torch.bfloat16, "llama", 0.0, False),  # fewer rows than groups
+    (5, 18432, torch.bfloat16, "llama", 0.0, False),  # the shortest rows it takes
+    (1024, 65536, torch.bfloat16, "llama", 0.0, True),
+    (7, 65536, torch.float16, "gemma", 1.0, True),
+    (1500, 40960, torch.bfloat16, "none", 0.0, True),
+]
+
+
+@pytest.mark.parametrize("rows,hidden,dtype,casting,offset,residual", GROUPED_FWD_CASES,
+                         ids=[f"{r}x{h}-{str(d)[6:]}-{c}-{o}-{'res' if res else 'plain'}"
+                              for r, h, d, c, o, res in GROUPED_FWD_CASES])
+def test_grouped_rms_norm_forward(monkeypatch, rows, hidden, dtype, casting, offset, residual):
+    """The grouped forward (kernel_src/rms_norm/kernels.py: rms_norm_fwd_grouped, rows split
+    over groups of programs that exchange their sums of squares) through the op against
+    float64: y, rstd and the fused add's s, every casting mode, an offset; the launch is the
+    grouped one."""
+    from liger_aot.ops import rms_norm as rms_mod
+
+    launches = _record_launches(monkeypatch, rms_mod._fwd_grouped)
+    x = torch.randn(rows, hidden, device=DEV, dtype=dtype)
+    r = torch.randn(rows, hidden, device=DEV, dtype=dtype) if residual else None
+    w = (1 + 0.1 * torch.randn(hidden, device=DEV)).to(dtype)
+    y, s, rstd = rms_mod._forward(x, w, 1e-6, offset, rms_mod._casting(casting), r)
+    s_ref = (x + r) if residual else x  # rounded to the dtype, as the kernels' s
+    s64 = s_ref.double()
+    rstd_ref = torch.rsqrt(s64.pow(2).mean(-1) + 1e-6)
+    limit = 2e-2 if dtype == torch.bfloat16 else 5e-3
+    assert rel(rstd, rstd_ref) < 1e-5
+    assert rel(y, s64 * rstd_ref[:, None] * (w.double() + offset)) < limit
+    assert y.dtype == dtype
+    if residual:
+        assert torch.equal(s, s_ref)  # s = x + r in the dtype, as torch adds
+    config = rms_mod.spec.GROUPED_FWD_RES_CONFIG if residual else rms_mod.spec.GROUPED_FWD_CONFIG
+    split = hidden // config.constexprs["BLOCK_N"]
+    assert len(launches) == 1 and launches[0][0] % split == 0, launches
 
 
 GROUPED_CASES = [  # (rows, hidden, dtype, casting, offset, in_place)
@@ -272,6 +318,33 @@ def test_grouped_layer_norm_backward(monkeypatch, rows, hidden, dtype, bias, shi
     for out, want in zip(got, (t.grad for t in leaves)):
         assert out.dtype == dtype and rel(out, want) < limit, rel(out, want)
     split = hidden // ln_mod.spec.GROUPED_CONFIG.constexprs["BLOCK_N"]
+    assert len(launches) == 1 and launches[0][0] % split == 0, launches
+
+
+@pytest.mark.parametrize("rows,hidden,dtype,bias,shift", GROUPED_LN_CASES,
+                         ids=[f"{r}x{h}-{str(d)[6:]}-{'b' if b else 'nob'}-{s}"
+                              for r, h, d, b, s in GROUPED_LN_CASES])
+def test_grouped_layer_norm_forward(monkeypatch, rows, hidden, dtype, bias, shift):
+    """The grouped LayerNorm forward (kernel_src/layer_norm/kernels.py: layer_norm_fwd_grouped,
+    two shifted sums a row in one word) through the op against float64: y, mean and rstd;
+    the launch is the grouped one."""
+    from liger_aot.ops import layer_norm as ln_mod
+
+    launches = _record_launches(monkeypatch, ln_mod._fwd_grouped)
+    x = (torch.randn(rows, hidden, device=DEV) * 2 + shift).to(dtype)
+    w = (1 + 0.1 * torch.randn(hidden, device=DEV)).to(dtype)
+    b = (0.1 * torch.randn(hidden, device=DEV)).to(dtype) if bias else None
+    y, _, mean, rstd = ln_mod.layer_norm_forward(x, w, b, 1e-5)
+    x64 = x.double()
+    y_ref = F.layer_norm(x64, (hidden,), w.double(), b.double() if bias else None, 1e-5)
+    limit = 2e-2 if dtype == torch.bfloat16 else 5e-3
+    # the mean is the shift (x[row, 0]) plus the shifted sum's: within an fp32 rounding of
+    # the data's scale, which a near-zero mean's relative error would not show
+    scale = x64.abs().amax(-1)
+    assert ((mean.double() - x64.mean(-1)).abs() <= 1e-6 * scale).all()
+    assert rel(rstd, torch.rsqrt(x64.var(-1, unbiased=False) + 1e-5)) < 1e-4
+    assert y.dtype == dtype and rel(y, y_ref) < limit
+    split = hidden // ln_mod.spec.GROUPED_FWD_CONFIG.constexprs["BLOCK_N"]
     assert len(launches) == 1 and launches[0][0] % split == 0, launches
 
 

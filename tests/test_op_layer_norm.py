@@ -115,10 +115,12 @@ def test_layer_norm_opcheck():
 
 
 def test_layer_norm_variants():
-    # 54, plus the grouped backward's 2 (bf16 / fp16, aligned; sm90 only)
-    assert sum(len(list(s.variants())) for s in spec.SPECS) == 56
-    assert len(list(spec.BWD_GROUPED.variants("sm90"))) == 2
-    assert not list(spec.BWD_GROUPED.variants("sm80"))
+    # 54, plus the grouped backward's 2 and the grouped forward's 2 (bf16 / fp16, aligned;
+    # sm90 only)
+    assert sum(len(list(s.variants())) for s in spec.SPECS) == 58
+    for grouped in (spec.BWD_GROUPED, spec.FWD_GROUPED):
+        assert len(list(grouped.variants("sm90"))) == 2
+        assert not list(grouped.variants("sm80"))
 
 
 def test_liger_layer_norm_module():

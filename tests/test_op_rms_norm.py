@@ -184,10 +184,11 @@ def test_rms_norm_bad_inputs():
 def test_rms_norm_variant_budget():
     # the residual path rides on runtime flags: no more variants than before (306 per arch),
     # plus the interleaved backward's config (18: 3 dtypes x 2 alignments x 3 casting modes)
-    # and the grouped backward (12: bf16 / fp16, aligned, 3 casting modes, with and without
-    # the residual gradient; sm90 only)
-    assert sum(len(list(s.variants())) for s in spec.SPECS) <= 306 + 18 + 12
+    # and the grouped backward and forward (12 each: bf16 / fp16, aligned, 3 casting modes,
+    # with and without the residual (gradient); sm90 only)
+    assert sum(len(list(s.variants())) for s in spec.SPECS) <= 306 + 18 + 12 + 12
     assert not list(spec.BWD_GROUPED.variants("sm80"))
+    assert not list(spec.FWD_GROUPED.variants("sm80"))
 
 
 def test_rms_norm_compile_matches_eager():

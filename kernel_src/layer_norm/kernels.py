@@ -528,3 +528,85 @@ def layer_norm_bwd_grouped(DX, DW_SUM, DB_SUM, DW, DB, SYNC, WORDS, DY, X, W, ME
     if staged_rows.last_of_slice(SYNC, part, n_groups):
         staged_rows.write_total(DW_SUM, DW, cols)
         staged_rows.write_total(DB_SUM, DB, cols)
+
+
+# -- grouped forward (Gluon, sm90): the grouped backward's layout for y ---------------------
+#
+# rms_norm_fwd_grouped's layout (rms_norm/kernels.py) with LayerNorm's statistics. As in the
+# looped forward, the variance comes from sums shifted by the row's first element (each
+# program loads it, a row ahead), which keeps E[x^2] - E[x]^2's cancellation small when
+# |mean| >> std: a program's two shifted sums travel as one word (staged_rows.publish_pair)
+# and come from one reduction of the pair (one exchange between its warps a row, not two).
+
+@gluon.jit
+def _shifted_sums(ring_x, slot, shift, layout: gl.constexpr):
+    """The program's slice of a ring slot's row: (sum of x - shift, sum of (x - shift)^2)."""
+    d = staged_rows.widen(ring_x.index(slot).load(layout)) - shift
+    return gl.reduce((d, d * d), 0, _add_pairs)
+
+
+@gluon.jit
+def _first_of_row(X, row, stride_x, n_rows):
+    """x[row, 0] as fp32 (0 past n_rows): the row's shift."""
+    return gl.load(X + row.to(gl.int64) * stride_x, mask=row < n_rows, other=0.0).to(gl.float32)
+
+
+@gluon.jit
+def layer_norm_fwd_grouped(Y, MEAN, RSTD, WORDS, X, W, B, n_rows, n_cols, stride_y, stride_x,
+                           eps, has_bias, BLOCK_N: gl.constexpr, SLOTS: gl.constexpr,
+                           PROGRAMS_PER_SM: gl.constexpr):
+    """layer_norm_fwd on the grouped layout (above). WORDS: n_rows * split int64, zeroed by
+    the op. The grid is whole groups, all resident (PROGRAMS_PER_SM: the op's grid)."""
+    gl.static_assert(SLOTS >= 3)  # rows k and k + 1 held, one more streaming in
+    layout: gl.constexpr = gl.BlockedLayout([8], [32], [gl.num_warps()], [0])
+    ring_x = gl.allocate_shared_memory(X.dtype.element_ty, [SLOTS, BLOCK_N],
+                                       staged_rows.RING_LAYOUT)
+    split, n_groups, group, part, cols = staged_rows.group_slice(n_cols, BLOCK_N, layout)
+    for t in gl.static_range(SLOTS):
+        row_t = group + t * n_groups
+        cp.async_copy_global_to_shared(ring_x.index(t), X + row_t.to(gl.int64) * stride_x + cols,
+                                       mask=row_t < n_rows)
+        cp.commit_group()
+    # w and b held in W's dtype (half the registers of fp32: 16 more would spill at 8 an SM)
+    w = gl.load(W + cols)
+    b = gl.load(B + cols)
+    n_mine = gl.cdiv(n_rows - group, n_groups)
+    shift = _first_of_row(X, group, stride_x, n_rows)
+    shift_next = _first_of_row(X, group + n_groups, stride_x, n_rows)
+    cp.wait_group(SLOTS - 1)  # row 0 of the group (groups <= n_rows: there is one)
+    s1, s2 = _shifted_sums(ring_x, 0, shift, layout)
+    if split > 1:
+        staged_rows.publish_pair(WORDS, group * split + part, s1, s2)
+    for k in range(n_mine):
+        row = group + k * n_groups
+        nxt = row + n_groups
+        shift_far = _first_of_row(X, nxt + n_groups, stride_x, n_rows)
+        # pass 1 of row k + 1: SLOTS + k copies issued, rows k and k + 1 complete
+        cp.wait_group(SLOTS - 2)
+        s1_next, s2_next = _shifted_sums(ring_x, (k + 1) % SLOTS, shift_next, layout)
+        if (split > 1) & (k + 1 < n_mine):
+            staged_rows.publish_pair(WORDS, nxt * split + part, s1_next, s2_next)
+        if split > 1:
+            s1s, s2s = staged_rows.collect_pairs(WORDS, row * split, split, MAX_GROUPED_SPLIT)
+            s1 = gl.sum(s1s, axis=0)
+            s2 = gl.sum(s2s, axis=0)
+        # pass 2 of row k, its slot then refilled with row k + SLOTS
+        x = staged_rows.widen(ring_x.index(k % SLOTS).load(layout))
+        row_f = row + SLOTS * n_groups
+        cp.async_copy_global_to_shared(ring_x.index(k % SLOTS),
+                                       X + row_f.to(gl.int64) * stride_x + cols,
+                                       mask=row_f < n_rows)
+        cp.commit_group()
+        centred = s1 / n_cols
+        mean = shift + centred
+        rstd = 1.0 / gl.sqrt(gl.maximum(s2 / n_cols - centred * centred, 0.0) + eps)
+        if part == 0:
+            gl.store(MEAN + row, mean)
+            gl.store(RSTD + row, rstd)
+        y = (x - mean) * rstd * staged_rows.widen(w)
+        if has_bias != 0:
+            y += staged_rows.widen(b)
+        gl.store(Y + row.to(gl.int64) * stride_y + cols, y.to(Y.dtype.element_ty))
+        s1, s2 = s1_next, s2_next
+        shift, shift_next = shift_next, shift_far
+    cp.wait_group(0)  # the ring's last copies (rows past the end)

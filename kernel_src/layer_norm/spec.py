@@ -113,4 +113,25 @@ BWD_GROUPED = KernelSpec(
     configs=(GROUPED_CONFIG,), rule=lambda: GROUPED_CONFIG,
 )
 
-SPECS = (FWD, BWD, BWD_GROUPED)
+# The grouped forward (kernels.py, layer_norm_fwd_grouped): the grouped backward's layout
+# for y. H200, bf16, 2^26 elements, CUDA graphs with the words' memset (benchmarks/
+# experiment_norm_fwd_grouped.py; docs/perf-notes.md, session 17): 9 an SM (a cap of 56
+# registers, no spills) 79% of copy at 16K-64K columns, against the library's 75 / 75 /
+# 69%; 8 an SM (64) and 10 (48, an 8-byte stack) 77-78%.
+GROUPED_FWD_CONFIG = Config({"BLOCK_N": GROUPED_BLOCK_N, "SLOTS": 3, "PROGRAMS_PER_SM": 9},
+                            num_warps=4, maxnreg=56)
+GROUPED_FWD_MIN_COLS = GROUPED_MIN_COLS
+
+FWD_GROUPED = KernelSpec(
+    name="layer_norm_fwd_grouped", family="layer_norm", function="layer_norm_fwd_grouped",
+    params=(Param("Y", "ptr"), Param("MEAN", "ptr", dtype="fp32"),
+            Param("RSTD", "ptr", dtype="fp32"), Param("WORDS", "ptr", dtype="i64"),
+            Param("X", "ptr"), Param("W", "ptr"), Param("B", "ptr"),
+            Param("n_rows", "i32"), Param("n_cols", "i32", divisible=True),
+            Param("stride_y", "i32", divisible=True), Param("stride_x", "i32", divisible=True),
+            Param("eps", "fp32"), Param("has_bias", "i32")),
+    dtypes=("bf16", "fp16"), align_classes=("a16",), archs=GROUPED_ARCHS,
+    configs=(GROUPED_FWD_CONFIG,), rule=lambda: GROUPED_FWD_CONFIG,
+)
+
+SPECS = (FWD, BWD, BWD_GROUPED, FWD_GROUPED)

@@ -478,7 +478,7 @@ def rms_norm_fwd_staged(Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, 
 # gradient, read from global memory: 90-92% of its 8-byte floor (session 15). The op takes it
 # (rms_norm.py: grouped_applies) for RMSNorm and fused add backwards of 2-byte data on sm90
 # in the aligned class, n_cols a multiple of BLOCK_N, outside torch's deterministic mode; its
-# grid fits the GPU at once (tests/test_grouped_norm_backward.py).
+# grid fits the GPU at once (tests/test_grouped_norms.py).
 
 @gluon.jit
 def _dot_share(ring_x, ring_dy, slot, w, layout: gl.constexpr):
@@ -543,3 +543,103 @@ def rms_norm_bwd_grouped(DX, DW_SUM, DW, SYNC, WORDS, DY, X, W, RSTD, n_rows, n_
     gl.atomic_add(DW_SUM + cols, dw, sem="relaxed", scope="gpu")
     if staged_rows.last_of_slice(SYNC, part, n_groups):
         staged_rows.write_total(DW_SUM, DW, cols)
+
+
+# -- grouped forward (Gluon, sm90): the grouped backward's layout for y ---------------------
+#
+# The forwards of long rows read x twice (looped: pass 2 from L2) or stream one row through a
+# program's ring (staged, 1-3 programs an SM of 8-32 warps): 80-87% of copy at 16K-64K
+# columns on an H200. Here, as in rms_norm_bwd_grouped, program `part` of a group of split =
+# n_cols / BLOCK_N owns a column slice of its group's rows: its slice of w stays in registers,
+# its slice of x (and of the residual) streams through a ring, and the row's sum of squares
+# is the sum of the group's shares (tagged words), collected a row behind.
+
+@gluon.jit
+def _grouped_input(ring_x, ring_r, slot, X, layout: gl.constexpr, HAS_RESIDUAL: gl.constexpr):
+    """The normalized input s of a ring slot as fp32: x, or x + r rounded to X's dtype (the
+    value S stores, as _load_sum)."""
+    s = staged_rows.widen(ring_x.index(slot).load(layout))
+    if HAS_RESIDUAL:
+        s = _round_staged(s + staged_rows.widen(ring_r.index(slot).load(layout)), X)
+    return s
+
+
+@gluon.jit
+def _grouped_issue(ring_x, ring_r, X, R, stride_x, stride_r, n_rows, t, group, n_groups, cols,
+                   SLOTS: gl.constexpr, HAS_RESIDUAL: gl.constexpr):
+    """Row t of the program's sequence into slot t % SLOTS: x's slice (and r's), one
+    cp.async group; rows past n_rows zero-filled, not read."""
+    if HAS_RESIDUAL:
+        staged_rows.issue_pair(ring_x, ring_r, X, R, stride_x, stride_r, n_rows, t, group,
+                               n_groups, cols, SLOTS)
+    else:
+        row = group + t * n_groups
+        cp.async_copy_global_to_shared(ring_x.index(t % SLOTS),
+                                       X + row.to(gl.int64) * stride_x + cols,
+                                       mask=row < n_rows)
+        cp.commit_group()
+
+
+@gluon.jit
+def rms_norm_fwd_grouped(Y, RSTD, WORDS, X, W, n_rows, n_cols, stride_y, stride_x, eps, offset,
+                         S, R, stride_s, stride_r, CASTING: gl.constexpr,
+                         BLOCK_N: gl.constexpr, SLOTS: gl.constexpr,
+                         PROGRAMS_PER_SM: gl.constexpr, HAS_RESIDUAL: gl.constexpr):
+    """rms_norm_fwd on the grouped layout (above), HAS_RESIDUAL: the fused add (s = x + r,
+    stored to S in pass 1). WORDS: n_rows * split int64, zeroed by the op. The grid is whole
+    groups, all resident (PROGRAMS_PER_SM: the op's grid)."""
+    gl.static_assert(SLOTS >= 3)  # rows k and k + 1 held, one more streaming in
+    layout: gl.constexpr = gl.BlockedLayout([8], [32], [gl.num_warps()], [0])
+    ring_x = gl.allocate_shared_memory(X.dtype.element_ty, [SLOTS, BLOCK_N],
+                                       staged_rows.RING_LAYOUT)
+    ring_r = gl.allocate_shared_memory(X.dtype.element_ty,
+                                       [SLOTS if HAS_RESIDUAL else 1,
+                                        BLOCK_N if HAS_RESIDUAL else 8],
+                                       staged_rows.RING_LAYOUT)
+    split, n_groups, group, part, cols = staged_rows.group_slice(n_cols, BLOCK_N, layout)
+    for t in gl.static_range(SLOTS):
+        _grouped_issue(ring_x, ring_r, X, R, stride_x, stride_r, n_rows, t, group, n_groups,
+                       cols, SLOTS, HAS_RESIDUAL)
+    w = gl.load(W + cols).to(gl.float32) + offset  # _normalize_staged's weight factor
+    if CASTING != 1:
+        w = _round_staged(w, Y)
+    n_mine = gl.cdiv(n_rows - group, n_groups)
+    cp.wait_group(SLOTS - 1)  # row 0 of the group (groups <= n_rows: there is one)
+    s = _grouped_input(ring_x, ring_r, 0, X, layout, HAS_RESIDUAL)
+    if HAS_RESIDUAL:
+        gl.store(S + group.to(gl.int64) * stride_s + cols, s.to(S.dtype.element_ty))
+    squares = gl.sum(s * s, axis=0)
+    if split > 1:
+        staged_rows.publish_word(WORDS, group * split + part, squares)
+    for k in range(n_mine):
+        row = group + k * n_groups
+        nxt = row + n_groups
+        # pass 1 of row k + 1: SLOTS + k copies issued, rows k and k + 1 complete
+        cp.wait_group(SLOTS - 2)
+        s_next = _grouped_input(ring_x, ring_r, (k + 1) % SLOTS, X, layout, HAS_RESIDUAL)
+        squares_next = gl.sum(s_next * s_next, axis=0)
+        if k + 1 < n_mine:
+            if split > 1:
+                staged_rows.publish_word(WORDS, nxt * split + part, squares_next)
+            if HAS_RESIDUAL:
+                gl.store(S + nxt.to(gl.int64) * stride_s + cols, s_next.to(S.dtype.element_ty))
+        if split > 1:
+            shares, _ = staged_rows.collect_words(WORDS, row * split, 1, split,
+                                                  MAX_GROUPED_SPLIT)
+            squares = gl.sum(shares, axis=0)
+        # pass 2 of row k, its slot then refilled with row k + SLOTS
+        s = _grouped_input(ring_x, ring_r, k % SLOTS, X, layout, HAS_RESIDUAL)
+        _grouped_issue(ring_x, ring_r, X, R, stride_x, stride_r, n_rows, k + SLOTS, group,
+                       n_groups, cols, SLOTS, HAS_RESIDUAL)
+        rstd = 1.0 / gl.sqrt(squares / n_cols + eps)
+        if part == 0:
+            gl.store(RSTD + row, rstd)
+        if CASTING == 0:
+            y = _round_staged(s * rstd, Y) * w
+        elif CASTING == 1:
+            y = s * rstd * w
+        else:
+            y = _round_staged(s * _round_staged(rstd, Y), Y) * w
+        gl.store(Y + row.to(gl.int64) * stride_y + cols, y.to(Y.dtype.element_ty))
+        squares = squares_next
+    cp.wait_group(0)  # the ring's last copies (rows past the end)

@@ -160,4 +160,32 @@ BWD_GROUPED = KernelSpec(
     rule=lambda has_dres: GROUPED_DRES_CONFIG if has_dres else GROUPED_CONFIG,
 )
 
-SPECS = (FWD, BWD, BWD_GROUPED)
+# The grouped forward (kernels.py, rms_norm_fwd_grouped): the grouped backward's layout for
+# y (and the fused add's s). H200, bf16, 2^26 elements, CUDA graphs with the words' memset
+# (benchmarks/experiment_norm_fwd_grouped.py; docs/perf-notes.md, session 17): RMSNorm at 10
+# an SM (48 registers, no spills) 86% of copy from 16K to 64K columns, against the library's
+# 87 / 70 / 76 / 85 / 80% at 16K / 20K / 24K / 32K / 64K; the fused add at 6 an SM (80
+# registers) 91% from 32K, against 93 / 82 / 88 / 82% at 32K / 40K / 48K / 64K. So each takes
+# rows from the first length where it was ahead: RMSNorm over 16K, the fused add over 32K.
+GROUPED_FWD_CONFIG = Config({"BLOCK_N": GROUPED_BLOCK_N, "SLOTS": 3, "PROGRAMS_PER_SM": 10,
+                             "HAS_RESIDUAL": 0}, num_warps=4, maxnreg=48)
+GROUPED_FWD_RES_CONFIG = Config({"BLOCK_N": GROUPED_BLOCK_N, "SLOTS": 3, "PROGRAMS_PER_SM": 6,
+                                 "HAS_RESIDUAL": 1}, num_warps=4, maxnreg=80)
+GROUPED_FWD_MIN_COLS = 16384 + GROUPED_BLOCK_N
+GROUPED_FWD_RES_MIN_COLS = 32768 + GROUPED_BLOCK_N
+
+FWD_GROUPED = KernelSpec(
+    name="rms_norm_fwd_grouped", family="rms_norm", function="rms_norm_fwd_grouped",
+    params=(Param("Y", "ptr"), Param("RSTD", "ptr", dtype="fp32"),
+            Param("WORDS", "ptr", dtype="i64"), Param("X", "ptr"), Param("W", "ptr"),
+            Param("n_rows", "i32"), Param("n_cols", "i32", divisible=True),
+            Param("stride_y", "i32", divisible=True), Param("stride_x", "i32", divisible=True),
+            Param("eps", "fp32"), Param("offset", "fp32"), Param("S", "ptr"), Param("R", "ptr"),
+            Param("stride_s", "i32", divisible=True), Param("stride_r", "i32", divisible=True)),
+    options={"CASTING": (0, 1, 2)},
+    dtypes=("bf16", "fp16"), align_classes=("a16",), archs=GROUPED_ARCHS,
+    configs=(GROUPED_FWD_CONFIG, GROUPED_FWD_RES_CONFIG),
+    rule=lambda has_residual: GROUPED_FWD_RES_CONFIG if has_residual else GROUPED_FWD_CONFIG,
+)
+
+SPECS = (FWD, BWD, BWD_GROUPED, FWD_GROUPED)

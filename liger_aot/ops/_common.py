@@ -174,30 +174,37 @@ def grouped_backward_applies(kernel_spec, cache: dict, enabled, s2, dy2, params,
     """Whether a grouped norm backward (rms_norm_bwd_grouped, layer_norm_bwd_grouped: each
     row read once; `kernel_spec` the family's spec module, its GROUPED_* names) takes a
     backward of rows s2 and gradient dy2 (and the row tensors `more_rows` of their shape:
-    the fused add's residual gradient) with the 1-D fp32 or weight tensors `params`: a GPU
-    whose arch it is built for (cached in `cache`; `enabled` the env switch), 2-byte data of
-    one dtype, rows of a multiple of its slice (GROUPED_BLOCK_N) from GROUPED_MIN_COLS to
-    GROUPED_MAX_COLS, the aligned class (16-byte pointers, 32-bit strides a multiple of 16),
-    and torch's deterministic mode off (its weight-gradient sums are atomic adds). The row
-    length, which refuses the models' usual rows, is checked first: this runs every
-    backward."""
-    rows, n = s2.shape
-    if not (kernel_spec.GROUPED_MIN_COLS <= n <= kernel_spec.GROUPED_MAX_COLS
+    the fused add's residual gradient) with the 1-D fp32 or weight tensors `params`: rows
+    from GROUPED_MIN_COLS (grouped_layout_applies), and torch's deterministic mode off (its
+    weight-gradient sums are atomic adds)."""
+    return grouped_layout_applies(kernel_spec, kernel_spec.GROUPED_MIN_COLS, cache, enabled,
+                                  (s2, dy2) + tuple(more_rows), params) \
+        and not torch.are_deterministic_algorithms_enabled()
+
+
+def grouped_layout_applies(kernel_spec, min_cols: int, cache: dict, enabled, row_tensors,
+                           params) -> bool:
+    """Whether a grouped norm kernel (kernel_spec: the family's spec module, its GROUPED_*
+    names) takes the row tensors `row_tensors` (first: the normalized rows) with the 1-D
+    fp32 or weight tensors `params`: a GPU whose arch it is built for (cached in `cache`;
+    `enabled` the env switch), 2-byte data of one dtype, rows of a multiple of its slice
+    (GROUPED_BLOCK_N) from `min_cols` to GROUPED_MAX_COLS, and the aligned class (16-byte
+    pointers, 32-bit strides a multiple of 16). The row length, which refuses the models'
+    usual rows, is checked first: this runs every call."""
+    rows, n = row_tensors[0].shape
+    if not (min_cols <= n <= kernel_spec.GROUPED_MAX_COLS
             and n % kernel_spec.GROUPED_BLOCK_N == 0):
         return False
-    row_tensors = (dy2, s2) + tuple(more_rows)
-    if s2.dtype not in _GROUPED_DTYPES or rows == 0 \
-            or any(t.dtype != s2.dtype for t in row_tensors):
+    dtype = row_tensors[0].dtype
+    if dtype not in _GROUPED_DTYPES or rows == 0 or any(t.dtype != dtype for t in row_tensors):
         return False
-    if any(p.dtype not in (s2.dtype, torch.float32) for p in params):
+    if any(p.dtype not in (dtype, torch.float32) for p in params):
         return False
-    device = s2.get_device()
-    if device < 0 or torch.are_deterministic_algorithms_enabled():
-        return False
-    if not device_runs(cache, device, kernel_spec.GROUPED_ARCHS, enabled):
+    device = row_tensors[0].get_device()
+    if device < 0 or not device_runs(cache, device, kernel_spec.GROUPED_ARCHS, enabled):
         return False
     strides = tuple(row_stride(t) for t in row_tensors)
-    return max(strides) < 2**31 and aligned16(row_tensors + tuple(params), strides)
+    return max(strides) < 2**31 and aligned16(tuple(row_tensors) + tuple(params), strides)
 
 
 def grouped_backward_buffers(rows: int, n: int, split: int, sums: int, device) -> tuple:

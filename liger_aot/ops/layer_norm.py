@@ -10,14 +10,16 @@ import torch
 from liger_aot.kernel_src.layer_norm import spec
 from liger_aot.kernel_src.spec import grouped_grid
 from liger_aot.runtime import Kernel
-from liger_aot.runtime._env import grouped_norm_backward
+from liger_aot.runtime._env import grouped_norm_backward, grouped_norm_forward
 
 from ._common import (block_grid, check_float, check_same_device, grouped_backward_applies,
-                      grouped_backward_buffers, multiprocessor_count, norm_backward_grid,
-                      row_stride, rows_view, weight_grad_buffers)
+                      grouped_backward_buffers, grouped_layout_applies, multiprocessor_count,
+                      norm_backward_grid, row_stride, rows_view, weight_grad_buffers)
 from ._custom_ops import lazy_custom_op
 
 _fwd = Kernel(spec.FWD)
+_fwd_grouped = Kernel(spec.FWD_GROUPED)
+_grouped_fwd_devices = {}  # device index -> whether its arch runs the grouped forward
 _bwd = Kernel(spec.BWD)
 _bwd_grouped = Kernel(spec.BWD_GROUPED)
 _grouped_devices = {}  # device index -> whether its arch runs the grouped backward
@@ -32,7 +34,16 @@ def layer_norm_forward(x, weight, bias, eps):
     y = torch.empty((rows, n), dtype=x.dtype, device=x.device)
     mean = torch.empty(rows, dtype=torch.float32, device=x.device)
     rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
-    if rows and n:
+    if rows and n and grouped_forward_applies(x2, weight, bias):
+        device = x2.get_device()
+        config = _fwd_grouped.select_config(device)
+        split, programs = grouped_grid(rows, n, multiprocessor_count(device), config)
+        words = torch.zeros(rows * split, dtype=torch.int64, device=x.device)
+        _fwd_grouped.launch((programs,), y, mean, rstd, words, x2, weight,
+                            weight if bias is None else bias, rows, n, row_stride(y),
+                            row_stride(x2), float(eps), int(bias is not None),
+                            dtype=x.dtype, config=config)
+    elif rows and n:
         device = x2.get_device()
         config = _fwd.select_config(device, n, dtype=x.dtype)
         _fwd.launch(block_grid(rows, device, config), y, x2, weight,
@@ -40,6 +51,16 @@ def layer_norm_forward(x, weight, bias, eps):
                     row_stride(y), row_stride(x2), float(eps), int(bias is not None),
                     dtype=x.dtype, config=config)
     return y.view(x.shape), x2, mean, rstd
+
+
+def grouped_forward_applies(x2, weight, bias) -> bool:
+    """Whether the grouped forward (kernels.py: layer_norm_fwd_grouped, each row read once)
+    takes a LayerNorm forward (see _common.grouped_layout_applies)."""
+    if weight.dtype != x2.dtype or (bias is not None and bias.dtype != x2.dtype):
+        return False
+    return grouped_layout_applies(spec, spec.GROUPED_FWD_MIN_COLS, _grouped_fwd_devices,
+                                  grouped_norm_forward, (x2,),
+                                  (weight,) if bias is None else (weight, bias))
 
 
 def layer_norm_backward(dy, x2, weight, mean, rstd, need_dw=True, need_db=True):

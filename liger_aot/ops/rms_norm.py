@@ -10,15 +10,17 @@ import torch
 from liger_aot.kernel_src.rms_norm import spec
 from liger_aot.kernel_src.spec import grouped_grid
 from liger_aot.runtime import Kernel
-from liger_aot.runtime._env import grouped_norm_backward
+from liger_aot.runtime._env import grouped_norm_backward, grouped_norm_forward
 
 from ._common import (block_grid, check_float, check_same_device, check_same_dtype,
                       check_same_shape, grouped_backward_applies, grouped_backward_buffers,
-                      multiprocessor_count, norm_backward_grid, row_stride, rows_view,
-                      weight_grad_buffers)
+                      grouped_layout_applies, multiprocessor_count, norm_backward_grid,
+                      row_stride, rows_view, weight_grad_buffers)
 from ._custom_ops import lazy_custom_op
 
 _fwd = Kernel(spec.FWD)
+_fwd_grouped = Kernel(spec.FWD_GROUPED)
+_grouped_fwd_devices = {}  # device index -> whether its arch runs the grouped forward
 _bwd_grouped = Kernel(spec.BWD_GROUPED)
 _grouped_devices = {}  # device index -> whether its arch runs the grouped backward
 _bwd = Kernel(spec.BWD)
@@ -54,7 +56,9 @@ def _forward(x, weight, eps, offset, casting, residual=None):
         r2 = rows_view("residual", residual, n)
         s = torch.empty((rows, n), dtype=x.dtype, device=x.device)
         has_residual = 1
-    if rows and n:
+    if rows and n and grouped_forward_applies(x2, weight, None if residual is None else r2):
+        _grouped_forward(y, s, rstd, x2, r2, weight, eps, offset, casting, has_residual)
+    elif rows and n:
         device = x2.get_device()
         config = _fwd.select_config(device, n, residual is not None, dtype=x.dtype)
         _fwd.launch(block_grid(rows, device, config), y, x2, weight, rstd, rows, n,
@@ -64,6 +68,33 @@ def _forward(x, weight, eps, offset, casting, residual=None):
     elif has_residual:
         torch.add(x2, r2, out=s)  # no columns: s is empty; rows without columns: same
     return y, (x2 if residual is None else s), rstd
+
+
+def grouped_forward_applies(x2, weight, r2=None) -> bool:
+    """Whether the grouped forward (kernels.py: rms_norm_fwd_grouped, each row read once)
+    takes an RMSNorm forward, or with the residual r2 the fused add's: rows from
+    GROUPED_FWD_MIN_COLS (GROUPED_FWD_RES_MIN_COLS), see _common.grouped_layout_applies."""
+    if weight.dtype != x2.dtype:
+        return False
+    if r2 is None:
+        return grouped_layout_applies(spec, spec.GROUPED_FWD_MIN_COLS, _grouped_fwd_devices,
+                                      grouped_norm_forward, (x2,), (weight,))
+    return grouped_layout_applies(spec, spec.GROUPED_FWD_RES_MIN_COLS, _grouped_fwd_devices,
+                                  grouped_norm_forward, (x2, r2), (weight,))
+
+
+def _grouped_forward(y, s, rstd, x2, r2, weight, eps, offset, casting, has_residual):
+    """y, rstd (and s = x + r) of the rows x2 through rms_norm_fwd_grouped; without the
+    residual, s and r2 are placeholders the kernel never touches."""
+    rows, n = x2.shape
+    device = x2.get_device()
+    config = _fwd_grouped.select_config(device, bool(has_residual))
+    split, programs = grouped_grid(rows, n, multiprocessor_count(device), config)
+    words = torch.zeros(rows * split, dtype=torch.int64, device=x2.device)
+    _fwd_grouped.launch((programs,), y, rstd, words, x2, weight, rows, n, row_stride(y),
+                        row_stride(x2), float(eps), float(offset), s, r2, row_stride(s),
+                        row_stride(r2), dtype=x2.dtype, config=config,
+                        options=(("CASTING", casting),))
 
 
 def _backward(dy, s2, weight, rstd, offset, casting, dres=None, in_place=False,

@@ -50,3 +50,10 @@ def grouped_norm_backward() -> bool:
     grouped kernels (which, like the staged cross-entropy, need all of their grid's programs
     resident at once: see kernel_src/rms_norm/kernels.py). Read once per device."""
     return _switch("LIGER_AOT_GROUPED_NORM_BWD")
+
+
+def grouped_norm_forward() -> bool:
+    """LIGER_AOT_GROUPED_NORM_FWD=0 keeps RMSNorm, fused add and LayerNorm forwards off the
+    grouped kernels (whose grids, too, must be resident at once: see
+    kernel_src/rms_norm/kernels.py). Read once per device."""
+    return _switch("LIGER_AOT_GROUPED_NORM_FWD")

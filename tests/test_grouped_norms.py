@@ -1,9 +1,10 @@
-"""The grouped norm backwards (kernel_src/rms_norm/kernels.py, rms_norm_bwd_grouped, with and
-without the fused add's residual gradient; kernel_src/layer_norm/kernels.py,
-layer_norm_bwd_grouped): which variants exist, that they compile for sm90 within what their
+"""The grouped norm kernels (kernel_src/rms_norm/kernels.py, rms_norm_bwd_grouped with and
+without the fused add's residual gradient, rms_norm_fwd_grouped with and without the
+residual; kernel_src/layer_norm/kernels.py, layer_norm_bwd_grouped and
+layer_norm_fwd_grouped): which variants exist, that they compile for sm90 within what their
 grid assumes (PROGRAMS_PER_SM resident programs an SM), the grid arithmetic, and when the ops
 take them. Gluon kernels do not run in Triton's interpreter: their math is checked on a GPU
-(tests/test_gpu_ops.py::test_grouped_*_backward)."""
+(tests/test_gpu_ops.py::test_grouped_*)."""
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -202,3 +203,150 @@ def test_grouped_backward_buffers(n, split, sums):
     assert all(not p.any() for p in parts)  # zeroed
     ends = sorted((p.data_ptr(), p.data_ptr() + p.numel() * p.element_size()) for p in parts)
     assert all(a[1] <= b[0] for a, b in zip(ends, ends[1:]))  # no overlap
+
+
+# -- grouped forwards -----------------------------------------------------------------------
+
+FWD_KERNELS = [(spec.FWD_GROUPED, c, [["CASTING", casting]])
+               for c in (spec.GROUPED_FWD_CONFIG, spec.GROUPED_FWD_RES_CONFIG)
+               for casting in (0, 1, 2)]
+FWD_KERNELS.append((ln_spec.FWD_GROUPED, ln_spec.GROUPED_FWD_CONFIG, []))
+FWD_KERNEL_IDS = [f"{k.name}-{'res' if c.constexprs.get('HAS_RESIDUAL') else 'plain'}-{o}"
+                  for k, c, o in FWD_KERNELS]
+
+
+def test_forward_variants_only_for_sm90_aligned_2_byte_data():
+    variants = list(spec.FWD_GROUPED.variants("sm90"))
+    assert {(v.dtype, v.align) for v in variants} == {("bf16", "a16"), ("fp16", "a16")}
+    assert {dict(v.options)["CASTING"] for v in variants} == {0, 1, 2}
+    assert {v.config.constexprs["HAS_RESIDUAL"] for v in variants} == {0, 1}
+    assert len(variants) == 12
+    assert len(list(ln_spec.FWD_GROUPED.variants("sm90"))) == 2
+    for kernel_spec in (spec.FWD_GROUPED, ln_spec.FWD_GROUPED):
+        for arch in ("sm80", "gfx90a", "gfx942"):
+            assert not list(kernel_spec.variants(arch))
+        assert is_gluon(triton_function(kernel_spec, kernel_spec.configs[0]))
+    assert spec.FWD_GROUPED.rule(False) is spec.GROUPED_FWD_CONFIG
+    assert spec.FWD_GROUPED.rule(True) is spec.GROUPED_FWD_RES_CONFIG
+    for config in (spec.GROUPED_FWD_CONFIG, spec.GROUPED_FWD_RES_CONFIG,
+                   ln_spec.GROUPED_FWD_CONFIG):
+        assert config.constexprs["BLOCK_N"] == BLOCK_N  # the ops' row-length checks
+
+
+@pytest.mark.parametrize("kernel_spec,config,options", FWD_KERNELS, ids=FWD_KERNEL_IDS)
+def test_forward_compiles_for_sm90_within_its_grid(kernel_spec, config, options):
+    kernel = compile_sm90(kernel_spec, options, config)
+    assert kernel["local"] == 0 and kernel["stack"] == 0  # no spills
+    assert_resident(kernel, config, config.constexprs["PROGRAMS_PER_SM"])
+    ptx = kernel["ptx"]
+    assert "cp.async.cg.shared.global" in ptx and "cp.async.wait_group" in ptx
+    # the row's shares by relaxed atomics, polled; no ticket, no fence (nothing is summed
+    # over rows)
+    assert "atom.global.gpu.relaxed.exch.b64" in ptx and "ld.volatile.global.b64" in ptx
+    assert ".acq_rel" not in ptx and "membar" not in ptx and "fence" not in ptx
+    assert entry_params(ptx) == len(kernel_spec.type_string)
+
+
+@pytest.fixture
+def sm90_forward(monkeypatch):
+    monkeypatch.setattr(rms_mod, "_grouped_fwd_devices", {0: True, 1: False})
+    monkeypatch.setattr(ln_mod, "_grouped_fwd_devices", {0: True, 1: False})
+
+
+def _forward_applies(x=None, w_dtype=None, w_ptr=256, residual=None, op="rms", bias=False):
+    x = x or _Fake()
+    w = _Fake(ptr=w_ptr, dtype=w_dtype or x.dtype, shape=(x.shape[1],))
+    if op == "ln":
+        b = _Fake(ptr=512, dtype=x.dtype, shape=(x.shape[1],)) if bias else None
+        return ln_mod.grouped_forward_applies(x, w, b)
+    return rms_mod.grouped_forward_applies(x, w, residual)
+
+
+@pytest.mark.parametrize("op", ["rms", "fused", "ln"])
+def test_grouped_forward_applies(sm90_forward, monkeypatch, op):
+    min_cols = {"rms": spec.GROUPED_FWD_MIN_COLS, "fused": spec.GROUPED_FWD_RES_MIN_COLS,
+                "ln": ln_spec.GROUPED_FWD_MIN_COLS}[op]
+    family = ln_spec if op == "ln" else spec
+
+    def applies(x=None, **kw):
+        x = x or _Fake()
+        if op == "fused":
+            kw.setdefault("residual", _Fake(ptr=1024, dtype=x.dtype, shape=x.shape))
+        return _forward_applies(x, op="ln" if op == "ln" else "rms", **kw)
+    assert applies(_Fake(shape=(8, min_cols)))
+    assert applies(_Fake(dtype=torch.float16, shape=(1, family.GROUPED_MAX_COLS)))
+    refused = {
+        "fp32": applies(_Fake(dtype=torch.float32)),
+        "fp32 weight": applies(w_dtype=torch.float32),
+        "short rows": applies(_Fake(shape=(8, min_cols - BLOCK_N))),
+        "long rows": applies(_Fake(shape=(8, family.GROUPED_MAX_COLS + BLOCK_N))),
+        "not a multiple of the slice": applies(_Fake(shape=(8, 40960 + 16))),
+        "no rows": applies(_Fake(shape=(0, 40960))),
+        "cpu": applies(_Fake(device=-1, shape=(8, 40960))),
+        "another arch": applies(_Fake(device=1, shape=(8, 40960))),
+        "unaligned weight": applies(_Fake(shape=(8, 40960)), w_ptr=8),
+        "unaligned stride": applies(_Fake(shape=(8, 40960), stride=40960 + 8)),
+        "64-bit stride": applies(_Fake(shape=(8, 40960), stride=2**31)),
+    }
+    if op == "fused":
+        x = _Fake(shape=(8, 40960))
+        refused["fp16 residual"] = applies(x, residual=_Fake(ptr=1024, dtype=torch.float16,
+                                                             shape=x.shape))
+        refused["unaligned residual"] = applies(x, residual=_Fake(ptr=1032, shape=x.shape))
+    if op == "ln":
+        assert applies(_Fake(shape=(8, 40960)), bias=True)
+    assert not any(refused.values()), [k for k, v in refused.items() if v]
+    monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
+    assert applies(_Fake(shape=(8, 40960)))  # no atomics: deterministic as it is
+
+
+def test_grouped_layer_norm_forward_refuses_an_unaligned_bias(sm90_forward):
+    x = _Fake(shape=(8, 32768))
+    w = _Fake(ptr=256, shape=(32768,))
+    assert ln_mod.grouped_forward_applies(x, w, _Fake(ptr=512, shape=(32768,)))
+    assert not ln_mod.grouped_forward_applies(x, w, _Fake(ptr=520, shape=(32768,)))
+    assert not ln_mod.grouped_forward_applies(x, w, _Fake(ptr=512, dtype=torch.float32,
+                                                          shape=(32768,)))
+
+
+@pytest.mark.parametrize("op", ["rms", "ln"])
+def test_forward_off_switch_and_arch(monkeypatch, op):
+    import liger_aot.runtime.device as device
+
+    module = rms_mod if op == "rms" else ln_mod
+    x = _Fake(shape=(8, 40960))
+    monkeypatch.setattr(device, "device_arch", lambda index: ("sm90", "fake"))
+    for value, runs in (("0", False), ("off", False), ("1", True), ("", True)):
+        monkeypatch.setenv("LIGER_AOT_GROUPED_NORM_FWD", value)
+        monkeypatch.setattr(module, "_grouped_fwd_devices", {})
+        assert _forward_applies(x, op=op) is runs, value
+    monkeypatch.setenv("LIGER_AOT_GROUPED_NORM_BWD", "0")  # the other switch
+    monkeypatch.setenv("LIGER_AOT_GROUPED_NORM_FWD", "1")
+    monkeypatch.setattr(module, "_grouped_fwd_devices", {})
+    assert _forward_applies(x, op=op)
+    monkeypatch.setattr(device, "device_arch", lambda index: ("sm80", "fake"))
+    monkeypatch.setattr(module, "_grouped_fwd_devices", {})
+    assert not _forward_applies(x, op=op)
+
+
+def test_cpu_calls_take_the_other_forwards():
+    """CPU tensors never take the grouped forwards: 40960-column bf16 rows through RMSNorm,
+    the fused add and LayerNorm give torch's values (rms_norm_fwd, layer_norm_fwd)."""
+    torch.manual_seed(0)
+    n = 40960
+    x = torch.randn(2, n).to(torch.bfloat16)
+    r = torch.randn(2, n).to(torch.bfloat16)
+    w = (1 + 0.1 * torch.randn(n)).to(torch.bfloat16)
+    b = (0.1 * torch.randn(n)).to(torch.bfloat16)
+
+    def rms(t):
+        t = t.double()
+        return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6) * w.double()
+    y = rms_mod.rms_norm(x, w, 1e-6)
+    y_fused, s = rms_mod.fused_add_rms_norm(x, r, w, 1e-6)
+    y_ln = ln_mod.layer_norm(x + 3, w, b, 1e-6)
+    want_ln = torch.nn.functional.layer_norm((x + 3).double(), (n,), w.double(), b.double(),
+                                             1e-6)
+    for got, want in ((y, rms(x)), (y_fused, rms(x + r)), (s, (x + r).double()),
+                      (y_ln, want_ln)):
+        assert ((got.double() - want).norm() / want.norm()).item() < 2e-2

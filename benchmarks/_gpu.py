@@ -30,6 +30,22 @@ def capture_graph(fn) -> "torch.cuda.CUDAGraph":
     return graph
 
 
+def checked_timing(fn, err, time_fn, before=None, limit=2e-2) -> tuple:
+    """(error, ms, status) of one experiment run: before() (a check that may raise), then
+    fn's result checked (err(*fn()) under `limit`), then time_fn(fn); NaNs and the
+    exception's text where a step fails, so that the other runs go on."""
+    try:
+        if before is not None:
+            before()
+        e = err(*fn())
+        torch.cuda.synchronize()
+        if not e < limit:
+            raise RuntimeError(f"wrong result: rel. error {e:.2e}")
+        return e, time_fn(fn), "ok"
+    except Exception as ex:  # noqa: BLE001 - keep the other runs' numbers
+        return float("nan"), float("nan"), f"{type(ex).__name__}: {ex}"[:150]
+
+
 def row_length_sweep(smoke: bool, ns: str):
     """(device, [(rows, n_cols), ...], copy TB/s) of an experiment over row lengths `ns`
     (comma-separated) at 2^26 elements each; --smoke: CPU, one 7 x 200 shape, no copy

@@ -47,6 +47,7 @@ stack and shared memory of each config).
       [--cols 16384 32768 65536] [--configs ...]
 """
 import argparse
+import functools
 import os
 import sys
 
@@ -131,7 +132,7 @@ def main():
 
     import torch.nn.functional as F
 
-    from _gpu import capture_graph, copy_bandwidth
+    from _gpu import capture_graph, checked_timing, copy_bandwidth
     from liger_aot.ops import layer_norm as ln_mod
     from liger_aot.ops import rms_norm as rms_mod
 
@@ -212,25 +213,20 @@ def main():
                 kernel[(programs,)](*args_of(bufs), **launch)
                 return (bufs[0], *bufs[1 + sums:1 + 2 * sums])  # dx, dw (and db)
             runs.append((f"grouped {tag(c)}", (c, launch, split), grouped))
+        def resident(c):
+            """All programs resident, or the exchange could wait forever."""
+            c, launch, split = c
+            # the call's own argument types and values: the same specialization
+            k = kernel.warmup(*args_of(buffers(split)), **launch, grid=(1,))
+            k._init_handles()  # loads the binary: n_regs is known from then on
+            if not programs_fit({"regs": k.n_regs, "shared": k.metadata.shared},
+                                c, c.constexprs["PROGRAMS_PER_SM"]):
+                raise RuntimeError(f"not resident: {k.n_regs} registers, "
+                                   f"{k.metadata.shared} B shared")
+
         for name, c, fn in runs:
-            try:
-                if c is not None:  # all resident, or the exchange could wait forever
-                    c, launch, split = c
-                    # the call's own argument types and values: the same specialization
-                    k = kernel.warmup(*args_of(buffers(split)), **launch, grid=(1,))
-                    k._init_handles()  # loads the binary: n_regs is known from then on
-                    if not programs_fit({"regs": k.n_regs, "shared": k.metadata.shared},
-                                        c, c.constexprs["PROGRAMS_PER_SM"]):
-                        raise RuntimeError(f"not resident: {k.n_regs} registers, "
-                                           f"{k.metadata.shared} B shared")
-                e = err(*fn())
-                torch.cuda.synchronize()
-                if not e < 2e-2:
-                    raise RuntimeError(f"wrong result: rel. error {e:.2e}")
-                ms = graph_ms(fn)
-                status = "ok"
-            except Exception as ex:  # noqa: BLE001 - keep the other configs' numbers
-                e, ms, status = float("nan"), float("nan"), f"{type(ex).__name__}: {ex}"[:150]
+            e, ms, status = checked_timing(
+                fn, err, graph_ms, None if c is None else functools.partial(resident, c))
             print(f"{m:5d} x {n:5d} {name:32s} {ms:7.4f} ms {100 * floor_ms / ms:5.1f}% of copy"
                   f"  err {e:.1e} {status}", flush=True)
 

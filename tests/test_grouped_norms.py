@@ -62,7 +62,9 @@ def test_compiles_for_sm90_within_its_grid(kernel_spec, config, options):
 
 
 @pytest.mark.parametrize("config", [spec.GROUPED_CONFIG, spec.GROUPED_DRES_CONFIG,
-                                    ln_spec.GROUPED_CONFIG], ids=["rms", "dres", "ln"])
+                                    ln_spec.GROUPED_CONFIG, spec.GROUPED_FWD_CONFIG,
+                                    spec.GROUPED_FWD_RES_CONFIG, ln_spec.GROUPED_FWD_CONFIG],
+                         ids=["rms", "dres", "ln", "rms-fwd", "res-fwd", "ln-fwd"])
 @pytest.mark.parametrize("n_rows,n_cols", [(4096, 16384), (2048, 32768), (1024, 65536),
                                            (3, 65536), (1, 16384), (5000, 20480)])
 def test_grouped_grid(config, n_rows, n_cols):

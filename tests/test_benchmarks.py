@@ -329,3 +329,16 @@ def test_smoke_end_to_end(tmp_path):
         assert by_path[(op, "liger-kernel")]["status"] in ("ok", "n/a", "check failed")
     assert (tmp_path / "kernels.csv").exists()
     assert (tmp_path / "kernels_targets.txt").read_text().startswith("rms_norm")
+
+
+def test_norm_forward_pass1_experiment_smoke():
+    """benchmarks/experiment_norm_fwd_pass1.py --smoke: its minimal looped forwards (pass 1 by
+    chunks and by the whole row) through Triton's interpreter match torch (the script
+    asserts it) for LayerNorm and RMSNorm."""
+    script = os.path.join(ROOT, "benchmarks", "experiment_norm_fwd_pass1.py")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, script, "--smoke"], capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 4 and all("rel. error" in line for line in lines), done.stdout

@@ -30,6 +30,14 @@ def capture_graph(fn) -> "torch.cuda.CUDAGraph":
     return graph
 
 
+def graph_ms(fn) -> float:
+    """Median ms of CUDA-graph replays of fn (do_bench, 25 / 200 ms: the tuner's and the
+    suite's procedure), the graph captured as capture_graph does."""
+    from triton.testing import do_bench
+
+    return do_bench(capture_graph(fn).replay, warmup=25, rep=200, return_mode="median")
+
+
 def checked_timing(fn, err, time_fn, before=None, limit=2e-2) -> tuple:
     """(error, ms, status) of one experiment run: before() (a check that may raise), then
     fn's result checked (err(*fn()) under `limit`), then time_fn(fn); NaNs and the

@@ -128,11 +128,10 @@ def main():
     if args.compile_only:
         compile_only(args.op, configs)
         return
-    from triton.testing import do_bench
 
     import torch.nn.functional as F
 
-    from _gpu import capture_graph, checked_timing, copy_bandwidth
+    from _gpu import checked_timing, copy_bandwidth, graph_ms
     from liger_aot.ops import layer_norm as ln_mod
     from liger_aot.ops import rms_norm as rms_mod
 
@@ -142,9 +141,6 @@ def main():
     dres_op = args.op == "fused_add"
     sums = 2 if args.op == "layer_norm" else 1  # dw (and db)
     bytes_a_col = 8 if dres_op else 6  # x, dy (, dres) read, dx written
-
-    def graph_ms(fn):
-        return do_bench(capture_graph(fn).replay, warmup=25, rep=200, return_mode="median")
 
     for n in args.cols:
         m = args.elements // n

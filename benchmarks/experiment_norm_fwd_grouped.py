@@ -90,11 +90,10 @@ def main():
             print(f"{args.op} {tag(c)}: regs {k['regs']}, stack {k['stack']} B, shared "
                   f"{k['shared']} B, {'fits' if fit else 'DOES NOT FIT'}", flush=True)
         return
-    from triton.testing import do_bench
 
     import torch.nn.functional as F
 
-    from _gpu import capture_graph, checked_timing, copy_bandwidth
+    from _gpu import checked_timing, copy_bandwidth, graph_ms
     from liger_aot.kernel_src import jit_function
     from liger_aot.ops import layer_norm as ln_mod
     from liger_aot.ops import rms_norm as rms_mod
@@ -104,9 +103,6 @@ def main():
     print(f"{args.op}: copy {bw / 1e12:.2f} TB/s, {sms} SMs", flush=True)
     fused = args.op == "fused_add"
     bytes_a_col = 8 if fused else 4
-
-    def graph_ms(fn):
-        return do_bench(capture_graph(fn).replay, warmup=25, rep=200, return_mode="median")
 
     for n in args.cols:
         m = args.elements // n

@@ -191,9 +191,7 @@ def main():
         return smoke()
     if args.sass:
         return sass()
-    from triton.testing import do_bench
-
-    from _gpu import capture_graph, copy_bandwidth
+    from _gpu import copy_bandwidth, graph_ms
     from liger_aot.kernel_src import jit_function
     from liger_aot.kernel_src.layer_norm import spec as ln_spec
     from liger_aot.kernel_src.rms_norm import spec as rms_spec
@@ -231,8 +229,7 @@ def main():
         for label, run in runs:
             with torch.no_grad():
                 e = error(run(), want)
-                ms = do_bench(capture_graph(run).replay, warmup=25, rep=200,
-                              return_mode="median")
+                ms = graph_ms(run)
             print(f"{op} {m}x{n} {label:28s} {ms:.4f} ms {100 * 4 * m * n / bw / ms * 1e3:5.1f}%"
                   f" of copy  err {e:.1e}", flush=True)
 

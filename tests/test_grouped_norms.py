@@ -22,42 +22,54 @@ from liger_aot.ops import rms_norm as rms_mod
 
 CONFIG = spec.GROUPED_CONFIG
 BLOCK_N = CONFIG.constexprs["BLOCK_N"]
-# (kernel spec, config, its compile options): every config the sm90 build compiles
-KERNELS = [(spec.BWD_GROUPED, c, [["CASTING", casting]])
-           for c in (spec.GROUPED_CONFIG, spec.GROUPED_DRES_CONFIG) for casting in (0, 1, 2)]
-KERNELS.append((ln_spec.BWD_GROUPED, ln_spec.GROUPED_CONFIG, []))
-KERNEL_IDS = [f"{k.name}-{'dres' if c.constexprs.get('HAS_DRES') else 'plain'}-{o}"
-              for k, c, o in KERNELS]
+# (kernel spec, config, its compile options, acq_rel tickets in its PTX): every config the
+# sm90 build compiles. A backward takes one ticket a program at the end (its weight-gradient
+# slice's last program writes the totals); a forward sums nothing across rows.
+KERNELS = [(kernel_spec, c, [["CASTING", casting]], tickets)
+           for kernel_spec, configs, tickets in (
+               (spec.BWD_GROUPED, (spec.GROUPED_CONFIG, spec.GROUPED_DRES_CONFIG), 1),
+               (spec.FWD_GROUPED, (spec.GROUPED_FWD_CONFIG, spec.GROUPED_FWD_RES_CONFIG), 0))
+           for c in configs for casting in (0, 1, 2)]
+KERNELS += [(ln_spec.BWD_GROUPED, ln_spec.GROUPED_CONFIG, [], 1),
+            (ln_spec.FWD_GROUPED, ln_spec.GROUPED_FWD_CONFIG, [], 0)]
+KERNEL_IDS = [f"{k.name}-{'dres' if c.constexprs.get('HAS_DRES') else ''}"
+              f"{'res' if c.constexprs.get('HAS_RESIDUAL') else ''}-{o}" for k, c, o, _ in KERNELS]
 
 
-def test_variants_only_for_sm90_aligned_2_byte_data():
-    variants = list(spec.BWD_GROUPED.variants("sm90"))
+# (RMSNorm spec, its residual flag, LayerNorm spec)
+@pytest.mark.parametrize("rms_spec,flag,ln_kernel", [
+    (spec.BWD_GROUPED, "HAS_DRES", ln_spec.BWD_GROUPED),
+    (spec.FWD_GROUPED, "HAS_RESIDUAL", ln_spec.FWD_GROUPED)], ids=["backward", "forward"])
+def test_variants_only_for_sm90_aligned_2_byte_data(rms_spec, flag, ln_kernel):
+    variants = list(rms_spec.variants("sm90"))
     assert {(v.dtype, v.align) for v in variants} == {("bf16", "a16"), ("fp16", "a16")}
     assert {dict(v.options)["CASTING"] for v in variants} == {0, 1, 2}
-    assert {v.config.constexprs["HAS_DRES"] for v in variants} == {0, 1}
+    assert {v.config.constexprs[flag] for v in variants} == {0, 1}
     assert len(variants) == 12
-    ln_variants = list(ln_spec.BWD_GROUPED.variants("sm90"))
+    ln_variants = list(ln_kernel.variants("sm90"))
     assert {(v.dtype, v.align) for v in ln_variants} == {("bf16", "a16"), ("fp16", "a16")}
-    for kernel_spec in (spec.BWD_GROUPED, ln_spec.BWD_GROUPED):
+    for kernel_spec in (rms_spec, ln_kernel):
         for arch in ("sm80", "gfx90a", "gfx942"):
             assert not list(kernel_spec.variants(arch))
         assert is_gluon(triton_function(kernel_spec, kernel_spec.configs[0]))
-    assert spec.BWD_GROUPED.rule(False) is CONFIG
-    assert spec.BWD_GROUPED.rule(True) is spec.GROUPED_DRES_CONFIG
+        assert all(c.constexprs["BLOCK_N"] == BLOCK_N for c in kernel_spec.configs)
+    flagged, plain = rms_spec.rule(True), rms_spec.rule(False)
+    assert flagged.constexprs[flag] == 1 and plain.constexprs[flag] == 0
+    assert {flagged, plain} == set(rms_spec.configs)
 
 
-@pytest.mark.parametrize("kernel_spec,config,options", KERNELS, ids=KERNEL_IDS)
-def test_compiles_for_sm90_within_its_grid(kernel_spec, config, options):
+@pytest.mark.parametrize("kernel_spec,config,options,tickets", KERNELS, ids=KERNEL_IDS)
+def test_compiles_for_sm90_within_its_grid(kernel_spec, config, options, tickets):
     kernel = compile_sm90(kernel_spec, options, config)
     assert kernel["local"] == 0 and kernel["stack"] == 0  # no spills
     # the exchange's waits rely on it
     assert_resident(kernel, config, config.constexprs["PROGRAMS_PER_SM"])
     ptx = kernel["ptx"]
     assert "cp.async.cg.shared.global" in ptx and "cp.async.wait_group" in ptx
-    # the row's shares: one word a (row, part) by relaxed atomics, polled; one acq_rel
-    # ticket a program at the end (the weight-gradient slices' last program)
+    # the row's shares: one word a (row, part) by relaxed atomics, polled, no fence
     assert "atom.global.gpu.relaxed.exch.b64" in ptx and "ld.volatile.global.b64" in ptx
-    assert ptx.count(".acq_rel") == 1
+    assert ptx.count(".acq_rel") == tickets and "membar" not in ptx
+    assert tickets or "fence" not in ptx
     assert entry_params(ptx) == len(kernel_spec.type_string)
 
 
@@ -208,46 +220,6 @@ def test_grouped_backward_buffers(n, split, sums):
 
 
 # -- grouped forwards -----------------------------------------------------------------------
-
-FWD_KERNELS = [(spec.FWD_GROUPED, c, [["CASTING", casting]])
-               for c in (spec.GROUPED_FWD_CONFIG, spec.GROUPED_FWD_RES_CONFIG)
-               for casting in (0, 1, 2)]
-FWD_KERNELS.append((ln_spec.FWD_GROUPED, ln_spec.GROUPED_FWD_CONFIG, []))
-FWD_KERNEL_IDS = [f"{k.name}-{'res' if c.constexprs.get('HAS_RESIDUAL') else 'plain'}-{o}"
-                  for k, c, o in FWD_KERNELS]
-
-
-def test_forward_variants_only_for_sm90_aligned_2_byte_data():
-    variants = list(spec.FWD_GROUPED.variants("sm90"))
-    assert {(v.dtype, v.align) for v in variants} == {("bf16", "a16"), ("fp16", "a16")}
-    assert {dict(v.options)["CASTING"] for v in variants} == {0, 1, 2}
-    assert {v.config.constexprs["HAS_RESIDUAL"] for v in variants} == {0, 1}
-    assert len(variants) == 12
-    assert len(list(ln_spec.FWD_GROUPED.variants("sm90"))) == 2
-    for kernel_spec in (spec.FWD_GROUPED, ln_spec.FWD_GROUPED):
-        for arch in ("sm80", "gfx90a", "gfx942"):
-            assert not list(kernel_spec.variants(arch))
-        assert is_gluon(triton_function(kernel_spec, kernel_spec.configs[0]))
-    assert spec.FWD_GROUPED.rule(False) is spec.GROUPED_FWD_CONFIG
-    assert spec.FWD_GROUPED.rule(True) is spec.GROUPED_FWD_RES_CONFIG
-    for config in (spec.GROUPED_FWD_CONFIG, spec.GROUPED_FWD_RES_CONFIG,
-                   ln_spec.GROUPED_FWD_CONFIG):
-        assert config.constexprs["BLOCK_N"] == BLOCK_N  # the ops' row-length checks
-
-
-@pytest.mark.parametrize("kernel_spec,config,options", FWD_KERNELS, ids=FWD_KERNEL_IDS)
-def test_forward_compiles_for_sm90_within_its_grid(kernel_spec, config, options):
-    kernel = compile_sm90(kernel_spec, options, config)
-    assert kernel["local"] == 0 and kernel["stack"] == 0  # no spills
-    assert_resident(kernel, config, config.constexprs["PROGRAMS_PER_SM"])
-    ptx = kernel["ptx"]
-    assert "cp.async.cg.shared.global" in ptx and "cp.async.wait_group" in ptx
-    # the row's shares by relaxed atomics, polled; no ticket, no fence (nothing is summed
-    # over rows)
-    assert "atom.global.gpu.relaxed.exch.b64" in ptx and "ld.volatile.global.b64" in ptx
-    assert ".acq_rel" not in ptx and "membar" not in ptx and "fence" not in ptx
-    assert entry_params(ptx) == len(kernel_spec.type_string)
-
 
 @pytest.fixture
 def sm90_forward(monkeypatch):

@@ -245,6 +245,17 @@ def start_pair_ring(ring_a, ring_b, A, B, stride_a, stride_b, n_rows, group, n_g
 
 
 @gluon.jit
+def issue_row(ring, A, stride_a, n_rows, t, group, n_groups, cols, SLOTS: gl.constexpr):
+    """Row t of a grouped program's sequence (row group + t * n_groups): its slice `cols` of
+    A into slot t % SLOTS of the ring, one cp.async group; a row past n_rows is zero-filled,
+    not read (the grouped forwards' x)."""
+    row = group + t * n_groups
+    cp.async_copy_global_to_shared(ring.index(t % SLOTS), A + row.to(gl.int64) * stride_a + cols,
+                                   mask=row < n_rows)
+    cp.commit_group()
+
+
+@gluon.jit
 def issue_pair(ring_a, ring_b, A, B, stride_a, stride_b, n_rows, t, group, n_groups, cols,
                SLOTS: gl.constexpr):
     """Row t of a grouped program's sequence (row group + t * n_groups): its slices `cols` of

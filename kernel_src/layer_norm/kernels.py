@@ -563,10 +563,7 @@ def layer_norm_fwd_grouped(Y, MEAN, RSTD, WORDS, X, W, B, n_rows, n_cols, stride
                                        staged_rows.RING_LAYOUT)
     split, n_groups, group, part, cols = staged_rows.group_slice(n_cols, BLOCK_N, layout)
     for t in gl.static_range(SLOTS):
-        row_t = group + t * n_groups
-        cp.async_copy_global_to_shared(ring_x.index(t), X + row_t.to(gl.int64) * stride_x + cols,
-                                       mask=row_t < n_rows)
-        cp.commit_group()
+        staged_rows.issue_row(ring_x, X, stride_x, n_rows, t, group, n_groups, cols, SLOTS)
     # w and b held in W's dtype (half the registers of fp32: 16 more would spill at 8 an SM)
     w = gl.load(W + cols)
     b = gl.load(B + cols)
@@ -592,6 +589,8 @@ def layer_norm_fwd_grouped(Y, MEAN, RSTD, WORDS, X, W, B, n_rows, n_cols, stride
             s2 = gl.sum(s2s, axis=0)
         # pass 2 of row k, its slot then refilled with row k + SLOTS
         x = staged_rows.widen(ring_x.index(k % SLOTS).load(layout))
+        # issue_row's copy, with the row derived from this one: through issue_row (row k +
+        # SLOTS from the group's start) sm90 ptxas emitted 8 more instructions
         row_f = row + SLOTS * n_groups
         cp.async_copy_global_to_shared(ring_x.index(k % SLOTS),
                                        X + row_f.to(gl.int64) * stride_x + cols,

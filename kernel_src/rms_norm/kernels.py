@@ -573,11 +573,7 @@ def _grouped_issue(ring_x, ring_r, X, R, stride_x, stride_r, n_rows, t, group, n
         staged_rows.issue_pair(ring_x, ring_r, X, R, stride_x, stride_r, n_rows, t, group,
                                n_groups, cols, SLOTS)
     else:
-        row = group + t * n_groups
-        cp.async_copy_global_to_shared(ring_x.index(t % SLOTS),
-                                       X + row.to(gl.int64) * stride_x + cols,
-                                       mask=row < n_rows)
-        cp.commit_group()
+        staged_rows.issue_row(ring_x, X, stride_x, n_rows, t, group, n_groups, cols, SLOTS)
 
 
 @gluon.jit

@@ -76,11 +76,10 @@ def grouped_forward_applies(x2, weight, r2=None) -> bool:
     GROUPED_FWD_MIN_COLS (GROUPED_FWD_RES_MIN_COLS), see _common.grouped_layout_applies."""
     if weight.dtype != x2.dtype:
         return False
-    if r2 is None:
-        return grouped_layout_applies(spec, spec.GROUPED_FWD_MIN_COLS, _grouped_fwd_devices,
-                                      grouped_norm_forward, (x2,), (weight,))
-    return grouped_layout_applies(spec, spec.GROUPED_FWD_RES_MIN_COLS, _grouped_fwd_devices,
-                                  grouped_norm_forward, (x2, r2), (weight,))
+    min_cols, row_tensors = ((spec.GROUPED_FWD_MIN_COLS, (x2,)) if r2 is None
+                             else (spec.GROUPED_FWD_RES_MIN_COLS, (x2, r2)))
+    return grouped_layout_applies(spec, min_cols, _grouped_fwd_devices, grouped_norm_forward,
+                                  row_tensors, (weight,))
 
 
 def _grouped_forward(y, s, rstd, x2, r2, weight, eps, offset, casting, has_residual):

@@ -1,4 +1,4 @@
-"""Experiment (prepared in session 17, not yet run on a GPU): how many of a row's loads the
+"""Experiment (written in session 17, run in session 18): how many of a row's loads the
 looped norm forward's pass 1 keeps in flight, against torch.compile's kernels.
 
 On an H200 (docs/perf-notes.md, session 17, lead 2) torch.compile's LayerNorm forward read
@@ -14,6 +14,14 @@ whole-row pass 1 takes 28 registers and issues its four 16-byte loads a thread b
 back, the same 64 bytes a thread in flight as Inductor's eight 8-byte ones; the chunked one
 takes 31. Prediction: the whole-row pass 1 reaches torch.compile's 86-90% where the chunked
 one stays at the library's 72-85%.
+
+Outcome (H200, docs/perf-notes.md "Session 18"; raw: docs/results/2026-12-02-norm-fwd-
+pass1-session18-h200.txt): confirmed, LayerNorm 4096 x 16384 on 4096 x 16 warps 74.5 ->
+86.8% of copy (torch.compile 86.2%), RMSNorm 2048 x 32768 on 8192 x 32 warps 76.5 -> 88.0%
+(89.5%). The same load inside a runtime loop of one trip lost most of it (86.8 -> 74.6% on
+that LayerNorm tile), w and b under the default L2 policy nothing. The library took it as
+PASS1_BLOCK (kernel_src/rms_norm/kernels.py, _looped_rows), with no loop; its rows here are
+the library's looped kernel on each tile, pass 1 by blocks and by the whole row.
 
   python benchmarks/experiment_norm_fwd_pass1.py [--op layer_norm|rms_norm] [--out DIR]
       (CUDA GPU: each variant, the library's kernel on the same tile and torch.compile, from
@@ -41,9 +49,10 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 EPS = 1e-6
-# (op, rows, cols, [(BLOCK_N, warps)]): the tiles compared on an H200 in session 17
-SHAPES = {"layer_norm": (4096, 16384, ((2048, 16), (4096, 16), (2048, 8))),
-          "rms_norm": (2048, 32768, ((2048, 16), (4096, 32), (8192, 32)))}
+# (op, rows, cols, [(BLOCK_N, warps)]): session 17's tiles and the best of the minimal
+# kernels' (first run, session 18), then the tiles the session-18 tune chose for the library
+SHAPES = {"layer_norm": (4096, 16384, ((2048, 16), (4096, 16), (8192, 8))),
+          "rms_norm": (2048, 32768, ((4096, 32), (8192, 32), (8192, 16)))}
 
 
 @triton.jit
@@ -53,10 +62,12 @@ def _add_pairs(a1, a2, b1, b2):
 
 @triton.jit
 def minimal_fwd(Y, X, W, B, STAT, n_cols, eps, LAYER_NORM: tl.constexpr,
-                BLOCK_N: tl.constexpr, PASS1_BLOCK: tl.constexpr):
+                BLOCK_N: tl.constexpr, PASS1_BLOCK: tl.constexpr, PASS1_LOOP: tl.constexpr,
+                W_HINT: tl.constexpr):
     """One row a program. Pass 1: sums over chunks of PASS1_BLOCK columns (LayerNorm: of x
-    and x^2 shifted by the row's first element; RMSNorm: of x^2), evict_last. Pass 2: y by
-    chunks of BLOCK_N, x evict_first, w and b evict_last. STAT: rstd a row."""
+    and x^2 shifted by the row's first element; RMSNorm: of x^2), evict_last; a whole-row
+    pass 1 inside a runtime loop of one trip with PASS1_LOOP (the library's form). Pass 2: y
+    by chunks of BLOCK_N, x evict_first, w and b with the W_HINT policy. STAT: rstd a row."""
     row = tl.program_id(0).to(tl.int64)
     x_row = X + row * n_cols
     y_row = Y + row * n_cols
@@ -74,6 +85,16 @@ def minimal_fwd(Y, X, W, B, STAT, n_cols, eps, LAYER_NORM: tl.constexpr,
             acc1 += d
             acc2 += d * d
         s1, s2 = tl.reduce((acc1, acc2), 0, _add_pairs)
+    elif PASS1_LOOP:  # chunks of PASS1_BLOCK in a runtime loop, each reduced at once
+        s1 = 0.0
+        s2 = 0.0
+        for start in tl.range(0, n_cols, PASS1_BLOCK, num_stages=1):
+            c = start + p1
+            xc = tl.load(x_row + c, mask=c < n_cols, other=0.0, eviction_policy="evict_last")
+            d = tl.where(c < n_cols, xc.to(tl.float32) - shift, 0.0)
+            a1, a2 = tl.reduce((d, d * d), 0, _add_pairs)
+            s1 += a1
+            s2 += a2
     else:  # the whole row (PASS1_BLOCK >= n_cols) in one load, reduced at once
         xr = tl.load(x_row + p1, mask=p1 < n_cols, other=0.0, eviction_policy="evict_last")
         d = tl.where(p1 < n_cols, xr.to(tl.float32) - shift, 0.0)
@@ -91,9 +112,9 @@ def minimal_fwd(Y, X, W, B, STAT, n_cols, eps, LAYER_NORM: tl.constexpr,
         c = start + cols
         m = c < n_cols
         x = tl.load(x_row + c, mask=m, other=0.0, eviction_policy="evict_first").to(tl.float32)
-        w = tl.load(W + c, mask=m, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        w = tl.load(W + c, mask=m, other=0.0, eviction_policy=W_HINT).to(tl.float32)
         if LAYER_NORM:
-            b = tl.load(B + c, mask=m, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            b = tl.load(B + c, mask=m, other=0.0, eviction_policy=W_HINT).to(tl.float32)
             y = (x - mean) * rstd * w + b
         else:
             y = (x * rstd).to(Y.dtype.element_ty).to(tl.float32) * w  # llama casting
@@ -101,10 +122,14 @@ def minimal_fwd(Y, X, W, B, STAT, n_cols, eps, LAYER_NORM: tl.constexpr,
 
 
 def variants(n, tiles):
-    """(label, BLOCK_N, PASS1_BLOCK, warps): pass 1 by chunks and by the whole row."""
+    """(label, BLOCK_N, PASS1_BLOCK, warps, PASS1_LOOP, W_HINT): pass 1 by chunks and by the
+    whole row, the latter also in a loop and with w and b under the default policy."""
     for block_n, warps in tiles:
-        yield f"chunked {block_n}x{warps}w", block_n, block_n, warps
-        yield f"whole-row pass 1 {block_n}x{warps}w", block_n, triton.next_power_of_2(n), warps
+        row = triton.next_power_of_2(n)
+        yield f"chunked {block_n}x{warps}w", block_n, block_n, warps, False, "evict_last"
+        yield f"whole-row pass 1 {block_n}x{warps}w", block_n, row, warps, False, "evict_last"
+        yield f"  ... in a loop", block_n, row, warps, True, "evict_last"
+        yield f"  ... w, b default policy", block_n, row, warps, False, ""
 
 
 def reference(op, x, w, b):
@@ -123,14 +148,15 @@ def inputs(m, n, device):
     return x, w, b
 
 
-def launcher(op, x, w, b, block_n, pass1, warps):
+def launcher(op, x, w, b, block_n, pass1, warps, pass1_loop, w_hint):
     m, n = x.shape
     y = torch.empty_like(x)
     stat = torch.empty(m, device=x.device, dtype=torch.float32)
 
     def run():
         minimal_fwd[(m,)](y, x, w, b, stat, n, EPS, LAYER_NORM=op == "layer_norm",
-                          BLOCK_N=block_n, PASS1_BLOCK=pass1, num_warps=warps)
+                          BLOCK_N=block_n, PASS1_BLOCK=pass1, PASS1_LOOP=pass1_loop,
+                          W_HINT=w_hint, num_warps=warps)
         return y
     return run
 
@@ -144,8 +170,8 @@ def smoke():
         m, n = 5, 200
         x, w, b = inputs(m, n, "cpu")
         want = reference(op, x, w, b)
-        for label, block_n, pass1, warps in variants(n, ((64, 1),)):
-            e = error(launcher(op, x, w, b, block_n, pass1, warps)(), want)
+        for label, block_n, pass1, warps, *rest in variants(n, ((64, 1),)):
+            e = error(launcher(op, x, w, b, block_n, pass1, warps, *rest)(), want)
             assert e < 2e-2, (op, label, e)
             print(f"{op} {m}x{n} {label}: rel. error {e:.1e}", flush=True)
 
@@ -158,13 +184,14 @@ def sass():
                         "cuobjdump")
     sig = {"Y": "*bf16", "X": "*bf16", "W": "*bf16", "B": "*bf16", "STAT": "*fp32",
            "n_cols": "i32", "eps": "fp32", "LAYER_NORM": "constexpr", "BLOCK_N": "constexpr",
-           "PASS1_BLOCK": "constexpr"}
+           "PASS1_BLOCK": "constexpr", "PASS1_LOOP": "constexpr", "W_HINT": "constexpr"}
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(6)}
     for op, (m, n, tiles) in SHAPES.items():
-        for label, block_n, pass1, warps in variants(n, tiles):
+        for label, block_n, pass1, warps, pass1_loop, w_hint in variants(n, tiles):
             source = ASTSource(minimal_fwd, signature=sig, attrs=attrs,
                                constexprs={"LAYER_NORM": op == "layer_norm",
-                                           "BLOCK_N": block_n, "PASS1_BLOCK": pass1})
+                                           "BLOCK_N": block_n, "PASS1_BLOCK": pass1,
+                                           "PASS1_LOOP": pass1_loop, "W_HINT": w_hint})
             kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32),
                                     options={"num_warps": warps, "num_stages": 1})
             with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
@@ -203,11 +230,13 @@ def main():
         m, n, tiles = SHAPES[op]
         x, w, b = inputs(m, n, "cuda")
         want = reference(op, x, w, b)
-        runs = [(label, launcher(op, x, w, b, block_n, pass1, warps))
-                for label, block_n, pass1, warps in variants(n, tiles)]
-        for block_n, warps in tiles:  # the library's looped kernel on the same tiles
+        runs = [(label, launcher(op, x, w, b, *tile))
+                for label, *tile in variants(n, tiles)]
+        # the library's looped kernel on the same tiles, pass 1 by chunks and by the row
+        for block_n, warps, pass1 in [(bn, w, p) for bn, w in tiles
+                                      for p in (0, triton.next_power_of_2(n))]:
             config = Config({"BLOCK_M": 1, "BLOCK_N": block_n, "LOOP": True, "STAGES": 1,
-                             "PROGRAMS_PER_SM": 0}, num_warps=warps)
+                             "PROGRAMS_PER_SM": 0, "PASS1_BLOCK": pass1}, num_warps=warps)
             spec = ln_spec.FWD if op == "layer_norm" else rms_spec.FWD
             fn = jit_function(spec, config)
             y = torch.empty_like(x)
@@ -222,7 +251,8 @@ def main():
             def library(fn=fn, args_=args_, config=config, options=options, y=y):
                 fn[(m,)](*args_, **config.constexprs, **options, num_warps=config.num_warps)
                 return y
-            runs.append((f"library {block_n}x{warps}w", library))
+            runs.append((f"library {block_n}x{warps}w" + (" whole-row pass 1" if pass1 else ""),
+                         library))
         compiled = torch.compile(lambda x, w, b: reference(op, x, w, b).to(x.dtype),
                                  dynamic=False)
         runs.append(("torch.compile", lambda: compiled(x, w, b)))

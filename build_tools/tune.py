@@ -44,13 +44,17 @@ DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp
 
 def row_configs(bucket: int, flag: bool = False, *, max_tile: int, whole_row_max: int,
                 flag_whole_row_max: int | None = None, loop_from: int, loop_rows=(1,),
-                loop_max_tile: int = 0, loop_warps=(8, 16), launches=None):
+                loop_max_tile: int = 0, loop_warps=(8, 16), loop_pass1: int = 0,
+                launches=None):
     """Configs of a row kernel with BLOCK_M, BLOCK_N and LOOP constexprs: whole-row tiles
     (BLOCK_N == bucket, BLOCK_M rows, at most max_tile elements) for buckets up to
     whole_row_max (flag_whole_row_max when the rule's flag is set: kernels that compile the
     flag's path out of wider tiles), looped rows for buckets from loop_from (see
     _looped_tiles; loop_rows: the BLOCK_M values a kernel's loop takes, loop_warps the warp
-    counts of one row a step); 8-32 elements per thread. Kernels with launch-shape
+    counts of one row a step); 8-32 elements per thread. loop_pass1 > 0: looped rows of one
+    row a step also with pass 1 over the whole bucket in one chunk (PASS1_BLOCK, the norm
+    forwards; not with the flag, the fused residual, which keeps BLOCK_N chunks), where that
+    is at most loop_pass1 elements a thread. Kernels with launch-shape
     constexprs (STAGES, PROGRAMS_PER_SM, ...) take each dict of them that
     `launches(tile, loop)` yields."""
     def shaped(constexprs, warps):
@@ -74,7 +78,10 @@ def row_configs(bucket: int, flag: bool = False, *, max_tile: int, whole_row_max
     if bucket >= loop_from:
         for block_m, block_n, warps in _looped_tiles(bucket, loop_rows, loop_max_tile,
                                                      loop_warps):
-            yield from shaped({"BLOCK_M": block_m, "BLOCK_N": block_n, "LOOP": True}, warps)
+            looped = {"BLOCK_M": block_m, "BLOCK_N": block_n, "LOOP": True}
+            yield from shaped(looped, warps)
+            if block_m == 1 and not flag and bucket // (32 * warps) <= loop_pass1:
+                yield from shaped({**looped, "PASS1_BLOCK": bucket}, warps)
 
 
 def _looped_tiles(bucket: int, loop_rows, loop_max_tile: int, loop_warps):
@@ -429,8 +436,12 @@ def _suite_rows_if_more(n: int) -> tuple:
 # Forward looped rows also on 32 warps: a minimal looped forward read 2048 x 32768 in 0.0707
 # ms on 32 warps of 8192 columns against 0.0818 on 16 (H200, benchmarks/experiment_forward_
 # unroll.py); torch.compile's looped 32K forward had read 90% of copy, the library 80%.
+# Pass 1 over the whole bucket (PASS1_BLOCK): minimal looped forwards read 4096 x 16384
+# (LayerNorm, 4096 columns on 16 warps) at 86.8% of copy against 74.5% by BLOCK_N chunks, and
+# 2048 x 32768 (RMSNorm, 8192 on 32) at 88.0 against 76.5 (H200, benchmarks/experiment_norm_
+# fwd_pass1.py); up to 64 elements a thread.
 _FWD_LIMITS = {"max_tile": 32768, "whole_row_max": 32768, "loop_from": 8192,
-               "loop_warps": (8, 16, 32), "launches": forward_launches}
+               "loop_warps": (8, 16, 32), "loop_pass1": 64, "launches": forward_launches}
 # Backward whole rows up to 16K columns: on 32 warps, 16 elements a thread of x, dy, w and
 # the dw accumulator (within the 64 registers a thread has at 1024 threads an SM). Looped
 # backwards also take 2 or 4 rows a step (one read-modify-write of the dw partial row for

@@ -137,6 +137,8 @@ class Variant:
 
     def constexprs(self) -> dict:
         values = dict(self.options)
+        if not is_staged(self.config):  # the Gluon twins take none of the defaulted ones
+            values.update(self.spec.constexpr_defaults)
         values.update(self.config.constexprs)
         return values
 
@@ -169,6 +171,9 @@ class KernelSpec:
     # for its shared memory) is compiled only where the op runs it.
     archs: tuple = ()
     align_classes: tuple = ALIGN_CLASSES
+    # Constexprs of the Triton kernel that configs may leave out, with the kernel's defaults:
+    # an ahead-of-time compile names every constexpr, Triton's JIT fills them in itself
+    constexpr_defaults: dict = field(default_factory=dict)
 
     def built_for(self, arch: str | None) -> bool:
         return arch is None or not self.archs or arch in self.archs

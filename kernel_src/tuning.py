@@ -92,11 +92,13 @@ def record_config(record: dict) -> Config:
 
 def config_from_record(spec: KernelSpec, record: dict) -> Config:
     """The process-wide Config for a table record: the spec's own config with that tag, else
-    one object per (spec, tag). Records with other constexpr names than the spec's raise."""
+    one object per (spec, tag). Records with other constexpr names than the spec's raise
+    (a Triton config may add the spec's defaulted ones, a staged one the STAGED_KEYS)."""
     config = record_config(record)
     keys = set(spec.configs[0].constexprs)
-    if set(config.constexprs) != keys and not (
-            spec.staged and set(config.constexprs) == keys | set(STAGED_KEYS)):
+    names = set(config.constexprs)
+    if not (keys <= names <= keys | set(spec.constexpr_defaults)) and not (
+            spec.staged and names == keys | set(STAGED_KEYS)):
         raise ValueError(f"tuned config {config.tag} of {spec.name}: constexprs "
                          f"{sorted(config.constexprs)}, the spec has {sorted(keys)}"
                          + (f" (staged configs: also {', '.join(STAGED_KEYS)})"

@@ -97,6 +97,9 @@ def _table_staged(name):
             for key, config in tuning.tuned_configs(spec, "sm90").items() if is_staged(config)}
 
 
+# Empty since session 18, whose tune chose the looped forwards' whole-row pass 1 over the
+# staged configs (the test then skips); a table that picks staged configs again brings their
+# cases back (the tuner checks each candidate against torch on the GPU before timing it).
 STAGED_CASES = [(name, bucket, n) for name in ("rms_norm_fwd", "layer_norm_fwd")
                 for bucket in sorted(_table_staged(name)) for n in (bucket, bucket * 5 // 8)]
 
@@ -164,9 +167,11 @@ def test_grouped_rms_norm_forward(monkeypatch, rows, hidden, dtype, casting, off
     """The grouped forward (kernel_src/rms_norm/kernels.py: rms_norm_fwd_grouped, rows split
     over groups of programs that exchange their sums of squares) through the op against
     float64: y, rstd and the fused add's s, every casting mode, an offset; the launch is the
-    grouped one."""
+    grouped one, also at the lengths the op leaves to the looped forward (GROUPED_FWD_LOOPED_
+    COLS, emptied for the test)."""
     from liger_aot.ops import rms_norm as rms_mod
 
+    monkeypatch.setattr(rms_mod.spec, "GROUPED_FWD_LOOPED_COLS", ())
     launches = _record_launches(monkeypatch, rms_mod._fwd_grouped)
     x = torch.randn(rows, hidden, device=DEV, dtype=dtype)
     r = torch.randn(rows, hidden, device=DEV, dtype=dtype) if residual else None
@@ -327,9 +332,11 @@ def test_grouped_layer_norm_backward(monkeypatch, rows, hidden, dtype, bias, shi
 def test_grouped_layer_norm_forward(monkeypatch, rows, hidden, dtype, bias, shift):
     """The grouped LayerNorm forward (kernel_src/layer_norm/kernels.py: layer_norm_fwd_grouped,
     two shifted sums a row in one word) through the op against float64: y, mean and rstd;
-    the launch is the grouped one."""
+    the launch is the grouped one, also at the lengths the op leaves to the looped forward
+    (GROUPED_FWD_LOOPED_COLS, emptied for the test)."""
     from liger_aot.ops import layer_norm as ln_mod
 
+    monkeypatch.setattr(ln_mod.spec, "GROUPED_FWD_LOOPED_COLS", ())
     launches = _record_launches(monkeypatch, ln_mod._fwd_grouped)
     x = (torch.randn(rows, hidden, device=DEV) * 2 + shift).to(dtype)
     w = (1 + 0.1 * torch.randn(hidden, device=DEV)).to(dtype)

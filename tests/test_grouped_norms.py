@@ -247,8 +247,14 @@ def test_grouped_forward_applies(sm90_forward, monkeypatch, op):
         if op == "fused":
             kw.setdefault("residual", _Fake(ptr=1024, dtype=x.dtype, shape=x.shape))
         return _forward_applies(x, op="ln" if op == "ln" else "rms", **kw)
-    assert applies(_Fake(shape=(8, min_cols)))
+    looped = () if op == "fused" else family.GROUPED_FWD_LOOPED_COLS
+    shortest = next(n for n in range(min_cols, family.GROUPED_MAX_COLS, BLOCK_N)
+                    if n not in looped)
+    assert applies(_Fake(shape=(8, shortest)))
     assert applies(_Fake(dtype=torch.float16, shape=(1, family.GROUPED_MAX_COLS)))
+    # whole tuned buckets where the looped forward's whole-row pass 1 measured ahead
+    assert op == "fused" or 32768 in looped
+    assert not any(applies(_Fake(shape=(8, n))) for n in looped)
     refused = {
         "fp32": applies(_Fake(dtype=torch.float32)),
         "fp32 weight": applies(w_dtype=torch.float32),
@@ -275,12 +281,12 @@ def test_grouped_forward_applies(sm90_forward, monkeypatch, op):
 
 
 def test_grouped_layer_norm_forward_refuses_an_unaligned_bias(sm90_forward):
-    x = _Fake(shape=(8, 32768))
-    w = _Fake(ptr=256, shape=(32768,))
-    assert ln_mod.grouped_forward_applies(x, w, _Fake(ptr=512, shape=(32768,)))
-    assert not ln_mod.grouped_forward_applies(x, w, _Fake(ptr=520, shape=(32768,)))
+    x = _Fake(shape=(8, 40960))
+    w = _Fake(ptr=256, shape=(40960,))
+    assert ln_mod.grouped_forward_applies(x, w, _Fake(ptr=512, shape=(40960,)))
+    assert not ln_mod.grouped_forward_applies(x, w, _Fake(ptr=520, shape=(40960,)))
     assert not ln_mod.grouped_forward_applies(x, w, _Fake(ptr=512, dtype=torch.float32,
-                                                          shape=(32768,)))
+                                                          shape=(40960,)))
 
 
 @pytest.mark.parametrize("op", ["rms", "ln"])

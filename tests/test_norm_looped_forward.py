@@ -18,18 +18,46 @@ from _op_helpers import rel_err
 # the backward tests' sizes, guarded buffers and config helpers
 from test_norm_looped_backward import (EPS, N, ROWS, TOL, guarded, looped,
                                        tuned_looped_configs)
+from liger_aot.kernel_src.spec import Config
+from liger_aot.kernel_src.layer_norm import spec as ln_spec
+from liger_aot.kernel_src.rms_norm import spec as rms_spec
 from liger_aot.ops import layer_norm as ln_mod
 from liger_aot.ops import rms_norm as rms_mod
 
+
+
+def wide_pass1(config, block):
+    """config with pass 1 by chunks of `block` columns (PASS1_BLOCK), each summed at once."""
+    return Config({**config.constexprs, "PASS1_BLOCK": block}, num_warps=config.num_warps)
+
+
 # one program per row block, as the forwards launch their looped configs
 CONFIGS = [looped(1, 4096, per_sm=0), looped(2, 2048, per_sm=0), looped(4, 1024, per_sm=0)]
+# Pass 1 over the whole row at once (16384 >= N, as a tuned bucket's PASS1_BLOCK is) and,
+# two rows a step, a PASS1_BLOCK the row outgrows (4096 < N: the kernel's fallback to BLOCK_N
+# blocks); bf16 only, the dtype the tuner times (the masks are the same in fp32). With the
+# residual, the RMSNorm kernel keeps BLOCK_N blocks whatever PASS1_BLOCK says.
+WIDE_PASS1_CONFIGS = [wide_pass1(looped(1, 4096, per_sm=0), 16384),
+                      wide_pass1(looped(2, 1024, per_sm=0), 4096)]
+
+
+def _case_id(config):
+    block = config.constexprs.get("PASS1_BLOCK", 0)
+    return (f"m{config.constexprs['BLOCK_M']}-n{config.constexprs['BLOCK_N']}"
+            + (f"-pass1_{block}" if block else ""))
 
 
 def cases(name):
-    """(config, dtype): the tiles above in fp32 and bf16, the table's looped configs in fp32."""
-    return ([pytest.param(c, d, id=f"m{c.constexprs['BLOCK_M']}-{dn}") for c in CONFIGS
+    """(config, dtype): the tiles above in fp32 and bf16, the whole-row pass 1s in bf16, the
+    table's other looped configs in fp32."""
+    return ([pytest.param(c, d, id=f"{_case_id(c)}-{dn}") for c in CONFIGS
              for d, dn in ((torch.float32, "fp32"), (torch.bfloat16, "bf16"))]
-            + [pytest.param(c, torch.float32, id=c.tag) for c in tuned_looped_configs(name)])
+            + [pytest.param(c, torch.bfloat16, id=f"{_case_id(c)}-bf16")
+               for c in WIDE_PASS1_CONFIGS]
+            + [pytest.param(c, torch.float32, id=c.tag) for c in tuned_looped_configs(name)
+               # the table's whole-row pass 1s (up to 64K wide: minutes in the interpreter)
+               # run the code of WIDE_PASS1_CONFIGS' first config, with other constants
+               if not c.constexprs.get("PASS1_BLOCK")])
 
 
 class _Forced:
@@ -92,3 +120,42 @@ def test_layer_norm_looped_forward(forced_config, config, dtype, bias):
     assert rel_err(mean, x64.mean(-1)) < TOL[torch.float32]
     assert rel_err(rstd, torch.rsqrt(x64.var(-1, unbiased=False) + EPS)) < 1e-4
     assert rel_err(y, y_ref) < TOL[dtype]
+
+
+def test_pass1_block_is_a_defaulted_constexpr():
+    """Configs without PASS1_BLOCK keep their tags (and the tuned table its records); the
+    ahead-of-time compile names it (0) for every Triton variant, never for a Gluon one."""
+    from liger_aot.kernel_src.spec import is_staged
+    from test_staged_forward import staged
+
+    for spec in (rms_spec.FWD, ln_spec.FWD):
+        plain = spec.variant("bf16", "a16", (), spec.configs[-1])
+        assert "PASS1_BLOCK" not in plain.name
+        assert plain.constexprs()["PASS1_BLOCK"] == 0
+        gluon = spec.variant("bf16", "a16", (), staged())
+        assert is_staged(gluon.config) and "PASS1_BLOCK" not in gluon.constexprs()
+        wide = spec.variant("bf16", "a16", (), forward_pass1(8192, 32, 32768))
+        assert wide.constexprs()["PASS1_BLOCK"] == 32768 and "PASS1_BLOCK=32768" in wide.name
+
+
+def forward_pass1(block_n, warps, pass1):
+    """A tuner-style looped forward config (one row a program) with PASS1_BLOCK."""
+    return Config({"BLOCK_M": 1, "BLOCK_N": block_n, "LOOP": True, "STAGES": 1,
+                   "PROGRAMS_PER_SM": 0, "PASS1_BLOCK": pass1}, num_warps=warps)
+
+
+@pytest.mark.parametrize("spec,options,config", [
+    (rms_spec.FWD, (("CASTING", 0),), forward_pass1(8192, 32, 32768)),
+    (rms_spec.FWD, (("CASTING", 1),), forward_pass1(8192, 32, 65536)),
+    (ln_spec.FWD, (), forward_pass1(4096, 16, 16384)),
+    (ln_spec.FWD, (), forward_pass1(4096, 32, 65536)),
+], ids=["rms_norm_32k", "rms_norm_64k", "layer_norm_16k", "layer_norm_64k"])
+def test_wide_pass1_compiles_for_sm90_within_32_registers(spec, options, config):
+    """A whole row in flight must not cost occupancy: the chunked kernels take 32 registers
+    a thread at these tiles (two 32-warp or four 16-warp programs an SM), and so must these
+    (the RMSNorm residual path keeps its chunks for that: a whole row of x and r took 43-56)."""
+    from _sm90 import compile_sm90
+
+    kernel = compile_sm90(spec, options, config)
+    assert kernel["local"] == 0 and kernel["stack"] == 0
+    assert kernel["regs"] <= 32, kernel["regs"]

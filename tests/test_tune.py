@@ -262,7 +262,9 @@ def test_candidates_are_configs_the_kernel_supports(name):
                 if is_staged(c):
                     _check_staged_candidate(name, c, bucket, flag)
                     continue
-                assert set(c.constexprs) == keys, c.tag
+                assert set(c.constexprs) - {"PASS1_BLOCK"} == keys, c.tag
+                if "PASS1_BLOCK" in c.constexprs:
+                    _check_wide_pass1_candidate(case, c, bucket, flag)
                 assert c.num_warps in (4, 8, 16, 32) and c.num_stages == 1, c.tag
                 m, n = c.constexprs["BLOCK_M"], c.constexprs["BLOCK_N"]
                 assert 8 <= m * n // (32 * c.num_warps) <= 32, c.tag  # elements a thread
@@ -287,6 +289,29 @@ def test_candidates_are_configs_the_kernel_supports(name):
                     assert n >= bucket and m * n <= 32768, c.tag  # the whole row in the tile
                     if flag:  # wider tiles compile the residual path out
                         assert n <= FLAG_WHOLE_ROW_MAX[name], c.tag
+
+
+def _check_wide_pass1_candidate(case, c, bucket, flag):
+    """A looped norm forward whose pass 1 takes the bucket's row in one chunk: one row a
+    step, plain forwards only (the fused residual keeps its chunks), at most 64 elements a
+    thread, and a constexpr the kernel defaults (the AOT compile names it for the others)."""
+    assert "PASS1_BLOCK" in case.spec.constexpr_defaults, c.tag
+    assert case.spec.name in ("rms_norm_fwd", "layer_norm_fwd") and not flag, c.tag
+    k = c.constexprs
+    assert k["LOOP"] and k["BLOCK_M"] == 1 and k["PASS1_BLOCK"] == bucket > k["BLOCK_N"], c.tag
+    assert bucket // (32 * c.num_warps) <= 64, c.tag
+
+
+@pytest.mark.parametrize("name", ["rms_norm_fwd", "layer_norm_fwd"])
+def test_norm_forwards_offer_a_whole_row_pass1_from_8k(name):
+    case = tune.CASES[name]
+    for bucket in (4096, 8192, 16384, 32768, 65536):
+        wide = [c for c in case.candidates(bucket) if "PASS1_BLOCK" in c.constexprs]
+        assert bool(wide) == (bucket >= 8192), bucket
+        if bucket == 65536:  # 32 warps only: 16 would be 128 elements a thread
+            assert {c.num_warps for c in wide} == {32}
+    if name == "rms_norm_fwd":
+        assert not [c for c in case.candidates(32768, True) if "PASS1_BLOCK" in c.constexprs]
 
 
 def _check_staged_candidate(name, c, bucket, flag):

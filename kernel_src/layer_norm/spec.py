@@ -64,7 +64,9 @@ FWD = KernelSpec(
             Param("n_rows", "i32"), Param("n_cols", "i32", divisible=True),
             Param("stride_y", "i64", divisible=True), Param("stride_x", "i64", divisible=True),
             Param("eps", "fp32"), Param("has_bias", "i32")),
-    configs=CONFIGS, rule=select_config, staged=True,
+    configs=CONFIGS, rule=select_config,
+    # PASS1_BLOCK, looped rows' pass-1 chunk: 0 (BLOCK_N) but in tuned configs
+    constexpr_defaults={"PASS1_BLOCK": 0}, staged=True,
 )
 
 BWD = KernelSpec(
@@ -117,10 +119,15 @@ BWD_GROUPED = KernelSpec(
 # for y. H200, bf16, 2^26 elements, CUDA graphs with the words' memset (benchmarks/
 # experiment_norm_fwd_grouped.py; docs/perf-notes.md, session 17): 9 an SM (a cap of 56
 # registers, no spills) 79% of copy at 16K-64K columns, against the library's 75 / 75 /
-# 69%; 8 an SM (64) and 10 (48, an 8-byte stack) 77-78%.
+# 69%; 8 an SM (64) and 10 (48, an 8-byte stack) 77-78%. Since session 18 the looped
+# forward's whole-row pass 1 (PASS1_BLOCK, tuned) reads whole buckets of 16K at 85.6% and
+# 32K at 80.6% against the grouped 79.0 and 78.6 (64K 69.7 against 78.6): rows of
+# GROUPED_FWD_LOOPED_COLS stay looped, those between them grouped (session 17 at 20K: the
+# looped 55%, the grouped 79%).
 GROUPED_FWD_CONFIG = Config({"BLOCK_N": GROUPED_BLOCK_N, "SLOTS": 3, "PROGRAMS_PER_SM": 9},
                             num_warps=4, maxnreg=56)
 GROUPED_FWD_MIN_COLS = GROUPED_MIN_COLS
+GROUPED_FWD_LOOPED_COLS = (16384, 32768)
 
 FWD_GROUPED = KernelSpec(
     name="layer_norm_fwd_grouped", family="layer_norm", function="layer_norm_fwd_grouped",

@@ -75,9 +75,24 @@ def _load_sum(x_ptrs, r_ptrs, s_ptrs, mask, has_residual, STORE: tl.constexpr,
 
 
 @triton.jit
+def _sum_sq_by_blocks(x_row, r_row, s_row, row_mask, cols, n_cols, BLOCK_N: tl.constexpr,
+                      STAGES: tl.constexpr, RESIDUAL: tl.constexpr, STORE_EVICT: tl.constexpr):
+    """Pass 1 of the looped forward by BLOCK_N column blocks, summed per lane and reduced
+    once: the rows' sums of squares (s = x + r stored with the residual)."""
+    acc = tl.zeros([row_mask.shape[0], BLOCK_N], dtype=tl.float32)
+    for start in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
+        c = (start + cols)[None, :]
+        mask = row_mask[:, None] & (c < n_cols)
+        xf = _load_sum(x_row + c, r_row + c, s_row + c, mask, 1, True, RESIDUAL, "evict_last",
+                       STORE_EVICT)
+        acc += xf * xf
+    return tl.sum(acc, axis=1)
+
+
+@triton.jit
 def _looped_rows(x_row, r_row, s_row, y_row, W, row_mask, cols, n_cols, eps, offset, Y,
                  CASTING: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 STAGES: tl.constexpr, RESIDUAL: tl.constexpr):
+                 STAGES: tl.constexpr, RESIDUAL: tl.constexpr, PASS1_BLOCK: tl.constexpr):
     """The forward of BLOCK_M rows longer than BLOCK_N, in two passes over column blocks;
     returns rstd. RESIDUAL is a compile-time copy of the runtime flag, so neither loop body
     branches: ptxas then unrolls the loops and keeps several loads in flight (Inductor's
@@ -85,20 +100,33 @@ def _looped_rows(x_row, r_row, s_row, y_row, W, row_mask, cols, n_cols, eps, off
     this kernel with the branch inside, which issued one load a step).
     Pass 2 re-reads the row: pass 1 asks L2 to keep it (evict_last) and pass 2 to drop it
     once read (evict_first), so rows still waiting for pass 2 stay cached (a minimal looped
-    kernel went 59-62% -> 71-73% of copy at 32K-64K, benchmarks/experiment_norm_hints.py)."""
+    kernel went 59-62% -> 71-73% of copy at 32K-64K, benchmarks/experiment_norm_hints.py).
+    PASS1_BLOCK > BLOCK_N (the tuned bucket): pass 1 loads rows of up to PASS1_BLOCK columns
+    whole, at once, and longer ones by BLOCK_N blocks."""
     # With the residual, s and y are stored evict_first (not read again here), which leaves
     # L2 to the rows pass 2 re-reads: H200, 1024 x 65536, 79 -> 82% of copy, DRAM reads
     # 1.37 -> 1.25x of x and r. On the plain forward the same hint lost 1.5 points at 32K and
     # won 2 at 64K (one config serves both), so it stays off there.
     STORE_EVICT: tl.constexpr = "evict_first" if RESIDUAL else ""
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for start in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
-        c = (start + cols)[None, :]
-        mask = row_mask[:, None] & (c < n_cols)
-        xf = _load_sum(x_row + c, r_row + c, s_row + c, mask, 1, True, RESIDUAL, "evict_last",
-                       STORE_EVICT)
-        acc += xf * xf
-    rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=1) / n_cols + eps)
+    if PASS1_BLOCK > BLOCK_N:
+        if n_cols <= PASS1_BLOCK:
+            # The row's loads go out back to back, and their registers are free again for
+            # pass 2. H200, minimal kernels at 2048 x 32768 on 4096 x 32 warps: 74.8 -> 87.4%
+            # of copy (torch.compile, which unrolls its pass 1 whole: 89.7%); the same load
+            # in a loop of one trip (runtime count) 82.3%, and this kernel's first form, such
+            # a loop, 77.4% (benchmarks/experiment_norm_fwd_pass1.py): so no loop here.
+            wide = tl.arange(0, PASS1_BLOCK)[None, :]
+            mask = row_mask[:, None] & (wide < n_cols)
+            xf = _load_sum(x_row + wide, r_row + wide, s_row + wide, mask, 1, True, RESIDUAL,
+                           "evict_last", STORE_EVICT)
+            sum_sq = tl.sum(xf * xf, axis=1)
+        else:
+            sum_sq = _sum_sq_by_blocks(x_row, r_row, s_row, row_mask, cols, n_cols, BLOCK_N,
+                                       STAGES, RESIDUAL, STORE_EVICT)
+    else:
+        sum_sq = _sum_sq_by_blocks(x_row, r_row, s_row, row_mask, cols, n_cols, BLOCK_N,
+                                   STAGES, RESIDUAL, STORE_EVICT)
+    rstd = 1.0 / tl.sqrt(sum_sq / n_cols + eps)
     for start in tl.range(0, n_cols, BLOCK_N, num_stages=STAGES):
         c1 = start + cols
         c = c1[None, :]
@@ -116,7 +144,7 @@ def _looped_rows(x_row, r_row, s_row, y_row, W, row_mask, cols, n_cols, eps, off
 def _fwd_block(block, cols, Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, offset,
                S, R, stride_s, stride_r, has_residual, CASTING: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LOOP: tl.constexpr,
-               STAGES: tl.constexpr):
+               STAGES: tl.constexpr, PASS1_BLOCK: tl.constexpr):
     """The forward of row block `block` (BLOCK_M rows); cols = tl.arange(0, BLOCK_N)."""
     # block * BLOCK_M < n_rows fits int32; rows in int64 for the address arithmetic
     rows = tl.arange(0, BLOCK_M).to(tl.int64) + block * BLOCK_M
@@ -139,12 +167,15 @@ def _fwd_block(block, cols, Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, e
     else:
         # One pair of loops per value of the residual flag: a runtime branch inside a loop
         # body kept ptxas from unrolling it (one load in flight a step; see the helper).
+        # The residual's pass 1 stays by BLOCK_N chunks: a whole row of x and r took the
+        # kernel (both paths) from 32 to 43-56 registers a thread (sm90 ptxas, 16K-64K).
         if has_residual != 0:
             rstd = _looped_rows(x_row, r_row, s_row, y_row, W, row_mask, cols, n_cols,
-                                eps, offset, Y, CASTING, BLOCK_M, BLOCK_N, STAGES, True)
+                                eps, offset, Y, CASTING, BLOCK_M, BLOCK_N, STAGES, True, 0)
         else:
             rstd = _looped_rows(x_row, r_row, s_row, y_row, W, row_mask, cols, n_cols,
-                                eps, offset, Y, CASTING, BLOCK_M, BLOCK_N, STAGES, False)
+                                eps, offset, Y, CASTING, BLOCK_M, BLOCK_N, STAGES, False,
+                                PASS1_BLOCK)
     tl.store(RSTD + rows, rstd, mask=row_mask)
 
 
@@ -152,10 +183,12 @@ def _fwd_block(block, cols, Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, e
 def rms_norm_fwd(Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, offset,
                  S, R, stride_s, stride_r, has_residual,
                  CASTING: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 LOOP: tl.constexpr, STAGES: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr):
+                 LOOP: tl.constexpr, STAGES: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr,
+                 PASS1_BLOCK: tl.constexpr = 0):
     """Programs stride over blocks of BLOCK_M rows. PROGRAMS_PER_SM is read by the op only:
     0 launches one program per block, k > 0 about k per SM (persistent), whose block loop
-    keeps STAGES blocks' loads in flight. Looped rows pipeline their column loops instead."""
+    keeps STAGES blocks' loads in flight. Looped rows pipeline their column loops instead;
+    PASS1_BLOCK is their pass 1's chunk (0: BLOCK_N; see _looped_rows)."""
     # cols and n_blocks outside the block loop, as before it moved into _fwd_block: the
     # whole-row tiles of several rows keep their sm90 machine code that way
     cols = tl.arange(0, BLOCK_N)
@@ -166,14 +199,14 @@ def rms_norm_fwd(Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, offset,
         # the loop: without it the 1K and 8K forwards lost 2-3 points.
         _fwd_block(tl.program_id(0), cols, Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x,
                    eps, offset, S, R, stride_s, stride_r, has_residual, CASTING, BLOCK_M,
-                   BLOCK_N, LOOP, STAGES)
+                   BLOCK_N, LOOP, STAGES, PASS1_BLOCK)
     else:
         n_blocks = tl.cdiv(n_rows, BLOCK_M)
         for block in tl.range(tl.program_id(0), n_blocks, tl.num_programs(0),
                               num_stages=1 if LOOP else STAGES):
             _fwd_block(block, cols, Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps,
                        offset, S, R, stride_s, stride_r, has_residual, CASTING, BLOCK_M,
-                       BLOCK_N, LOOP, STAGES)
+                       BLOCK_N, LOOP, STAGES, PASS1_BLOCK)
 
 
 @triton.jit

@@ -98,6 +98,8 @@ FWD = KernelSpec(
             Param("has_residual", "i32")),
     options={"CASTING": (0, 1, 2)},
     configs=CONFIGS, rule=select_config,
+    # PASS1_BLOCK, looped rows' pass-1 chunk: 0 (BLOCK_N) but in tuned configs
+    constexpr_defaults={"PASS1_BLOCK": 0},
     staged=True,  # rms_norm_fwd_staged: plain forwards only, never the fused residual add
 )
 
@@ -167,12 +169,17 @@ BWD_GROUPED = KernelSpec(
 # 87 / 70 / 76 / 85 / 80% at 16K / 20K / 24K / 32K / 64K; the fused add at 6 an SM (80
 # registers) 91% from 32K, against 93 / 82 / 88 / 82% at 32K / 40K / 48K / 64K. So each takes
 # rows from the first length where it was ahead: RMSNorm over 16K, the fused add over 32K.
+# Since session 18 the looped forward's whole-row pass 1 (PASS1_BLOCK, tuned) reads a whole
+# bucket's rows faster at 32K (87.5% against 85.6; 64K 83.7 against 85.2), so plain rows of
+# GROUPED_FWD_LOOPED_COLS stay looped. Between the powers of two the grouped kernel stays:
+# there the looped one's row is a partial bucket (session 17: 70% against 86% at 20K).
 GROUPED_FWD_CONFIG = Config({"BLOCK_N": GROUPED_BLOCK_N, "SLOTS": 3, "PROGRAMS_PER_SM": 10,
                              "HAS_RESIDUAL": 0}, num_warps=4, maxnreg=48)
 GROUPED_FWD_RES_CONFIG = Config({"BLOCK_N": GROUPED_BLOCK_N, "SLOTS": 3, "PROGRAMS_PER_SM": 6,
                                  "HAS_RESIDUAL": 1}, num_warps=4, maxnreg=80)
 GROUPED_FWD_MIN_COLS = 16384 + GROUPED_BLOCK_N
 GROUPED_FWD_RES_MIN_COLS = 32768 + GROUPED_BLOCK_N
+GROUPED_FWD_LOOPED_COLS = (32768,)
 
 FWD_GROUPED = KernelSpec(
     name="rms_norm_fwd_grouped", family="rms_norm", function="rms_norm_fwd_grouped",

@@ -73,8 +73,9 @@ def _forward(x, weight, eps, offset, casting, residual=None):
 def grouped_forward_applies(x2, weight, r2=None) -> bool:
     """Whether the grouped forward (kernels.py: rms_norm_fwd_grouped, each row read once)
     takes an RMSNorm forward, or with the residual r2 the fused add's: rows from
-    GROUPED_FWD_MIN_COLS (GROUPED_FWD_RES_MIN_COLS), see _common.grouped_layout_applies."""
-    if weight.dtype != x2.dtype:
+    GROUPED_FWD_MIN_COLS (GROUPED_FWD_RES_MIN_COLS) but plain rows of GROUPED_FWD_LOOPED_COLS,
+    see _common.grouped_layout_applies."""
+    if weight.dtype != x2.dtype or (r2 is None and x2.shape[1] in spec.GROUPED_FWD_LOOPED_COLS):
         return False
     min_cols, row_tensors = ((spec.GROUPED_FWD_MIN_COLS, (x2,)) if r2 is None
                              else (spec.GROUPED_FWD_RES_MIN_COLS, (x2, r2)))

@@ -23,10 +23,12 @@ that LayerNorm tile), w and b under the default L2 policy nothing. The library t
 PASS1_BLOCK (kernel_src/rms_norm/kernels.py, _looped_rows), with no loop; its rows here are
 the library's looped kernel on each tile, pass 1 by blocks and by the whole row.
 
-  python benchmarks/experiment_norm_fwd_pass1.py [--op layer_norm|rms_norm] [--out DIR]
+  python benchmarks/experiment_norm_fwd_pass1.py [--op layer_norm|rms_norm]
+      [--cols N --tiles BLOCK_NxWARPS,...]
       (CUDA GPU: each variant, the library's kernel on the same tile and torch.compile, from
-      CUDA graphs, checked against fp32 torch first)
-  python benchmarks/experiment_norm_fwd_pass1.py --sass
+      CUDA graphs, checked against fp32 torch first; --cols: rows of N columns, 2^26
+      elements in all, instead of the op's shape below; --tiles: instead of its tiles)
+  python benchmarks/experiment_norm_fwd_pass1.py --sass [--op ... --cols ... --tiles ...]
       (no GPU: sm90 ptxas of each variant, its registers and global loads)
   python benchmarks/experiment_norm_fwd_pass1.py --smoke
       (no GPU: each variant through Triton's interpreter on a small shape, against torch)
@@ -176,7 +178,33 @@ def smoke():
             print(f"{op} {m}x{n} {label}: rel. error {e:.1e}", flush=True)
 
 
-def sass():
+def tiles_arg(text):
+    """--tiles: BLOCK_NxWARPS,... -> ((BLOCK_N, warps), ...), powers of two."""
+    tiles = []
+    for item in text.split(","):
+        try:
+            block_n, warps = (int(v) for v in item.split("x"))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{item!r}: expected BLOCK_NxWARPS, e.g. 4096x16")
+        if block_n & (block_n - 1) or warps not in (1, 2, 4, 8, 16, 32) or block_n < 32:
+            raise argparse.ArgumentTypeError(f"{item!r}: BLOCK_N a power of two from 32, "
+                                             "warps 1-32, a power of two")
+        tiles.append((block_n, warps))
+    return tuple(tiles)
+
+
+def chosen_shapes(args):
+    """{op: (rows, cols, tiles)}: SHAPES' entries of the chosen ops, with --cols and --tiles."""
+    chosen = {}
+    for op in args.op:
+        m, n, tiles = SHAPES[op]
+        if args.cols:
+            m, n = max(1, 2**26 // args.cols), args.cols
+        chosen[op] = (m, n, args.tiles or tiles)
+    return chosen
+
+
+def sass(shapes):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -186,7 +214,7 @@ def sass():
            "n_cols": "i32", "eps": "fp32", "LAYER_NORM": "constexpr", "BLOCK_N": "constexpr",
            "PASS1_BLOCK": "constexpr", "PASS1_LOOP": "constexpr", "W_HINT": "constexpr"}
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(6)}
-    for op, (m, n, tiles) in SHAPES.items():
+    for op, (m, n, tiles) in shapes.items():
         for label, block_n, pass1, warps, pass1_loop, w_hint in variants(n, tiles):
             source = ASTSource(minimal_fwd, signature=sig, attrs=attrs,
                                constexprs={"LAYER_NORM": op == "layer_norm",
@@ -213,11 +241,14 @@ def main():
     parser.add_argument("--op", choices=sorted(SHAPES), nargs="+", default=sorted(SHAPES))
     parser.add_argument("--smoke", action="store_true", help="CPU interpreter check only")
     parser.add_argument("--sass", action="store_true", help="sm90 ptxas report only (no GPU)")
+    parser.add_argument("--cols", type=int, help="row length (rows: 2^26 elements in all)")
+    parser.add_argument("--tiles", type=tiles_arg, help="BLOCK_NxWARPS,... (e.g. 4096x16,8192x8)")
     args = parser.parse_args()
     if args.smoke:
         return smoke()
+    shapes = chosen_shapes(args)
     if args.sass:
-        return sass()
+        return sass(shapes)
     from _gpu import copy_bandwidth, graph_ms
     from liger_aot.kernel_src import jit_function
     from liger_aot.kernel_src.layer_norm import spec as ln_spec
@@ -226,8 +257,7 @@ def main():
 
     bw = copy_bandwidth()
     print(f"copy {bw / 1e12:.2f} TB/s", flush=True)
-    for op in args.op:
-        m, n, tiles = SHAPES[op]
+    for op, (m, n, tiles) in shapes.items():
         x, w, b = inputs(m, n, "cuda")
         want = reference(op, x, w, b)
         runs = [(label, launcher(op, x, w, b, *tile))

@@ -1,8 +1,9 @@
 """The looped (long-row) forward of RMSNorm (with and without the fused residual add) and
 LayerNorm (with and without bias) with BLOCK_M rows a step, in Triton's interpreter against
 float64 PyTorch: one row a step (what `liger-aot tune` offers), two and four (the kernels
-take any BLOCK_M; an H200 tune preferred none of them, docs/perf-notes.md), and the looped
-forwards the committed sm90 table chose.
+take any BLOCK_M; an H200 tune preferred none of them, docs/perf-notes.md), pass 1 over the
+whole row (PASS1_BLOCK) and its fallback for longer rows, and the looped forwards the
+committed sm90 table chose.
 
 23 rows: the last row block of 2 or 4 rows is partial. N = 8200 columns: over the looped
 threshold and not a multiple of BLOCK_N, so the last column block is partial too. The rows
@@ -25,9 +26,8 @@ from liger_aot.ops import layer_norm as ln_mod
 from liger_aot.ops import rms_norm as rms_mod
 
 
-
 def wide_pass1(config, block):
-    """config with pass 1 by chunks of `block` columns (PASS1_BLOCK), each summed at once."""
+    """config with PASS1_BLOCK = block: pass 1 loads rows of up to `block` columns whole."""
     return Config({**config.constexprs, "PASS1_BLOCK": block}, num_warps=config.num_warps)
 
 

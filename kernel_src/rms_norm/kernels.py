@@ -435,16 +435,30 @@ def _round_staged(v, P):
 
 
 @gluon.jit
+def _weight_factor_staged(w, offset, Y, CASTING: gl.constexpr):
+    """w + offset as _normalize multiplies by it: rounded to Y's dtype but in mode 1."""
+    factor = w.to(gl.float32) + offset
+    if CASTING != 1:
+        factor = _round_staged(factor, Y)
+    return factor
+
+
+@gluon.jit
+def _scale_staged(xf, rstd, factor, Y, CASTING: gl.constexpr):
+    """y from x, rstd and _weight_factor_staged's factor, with _normalize's cast points."""
+    if CASTING == 0:
+        y = _round_staged(xf * rstd, Y) * factor
+    elif CASTING == 1:
+        y = xf * rstd * factor
+    else:
+        y = _round_staged(xf * _round_staged(rstd, Y), Y) * factor
+    return y
+
+
+@gluon.jit
 def _normalize_staged(xf, w, rstd, offset, Y, CASTING: gl.constexpr):
     """_normalize in Gluon (same cast points)."""
-    if CASTING == 0:
-        y = _round_staged(xf * rstd, Y) * _round_staged(w.to(gl.float32) + offset, Y)
-    elif CASTING == 1:
-        y = xf * rstd * (w.to(gl.float32) + offset)
-    else:
-        y = _round_staged(xf * _round_staged(rstd, Y), Y) * \
-            _round_staged(w.to(gl.float32) + offset, Y)
-    return y
+    return _scale_staged(xf, rstd, _weight_factor_staged(w, offset, Y, CASTING), Y, CASTING)
 
 
 @gluon.jit
@@ -629,9 +643,7 @@ def rms_norm_fwd_grouped(Y, RSTD, WORDS, X, W, n_rows, n_cols, stride_y, stride_
     for t in gl.static_range(SLOTS):
         _grouped_issue(ring_x, ring_r, X, R, stride_x, stride_r, n_rows, t, group, n_groups,
                        cols, SLOTS, HAS_RESIDUAL)
-    w = gl.load(W + cols).to(gl.float32) + offset  # _normalize_staged's weight factor
-    if CASTING != 1:
-        w = _round_staged(w, Y)
+    w = _weight_factor_staged(gl.load(W + cols), offset, Y, CASTING)  # once, not a row
     n_mine = gl.cdiv(n_rows - group, n_groups)
     cp.wait_group(SLOTS - 1)  # row 0 of the group (groups <= n_rows: there is one)
     s = _grouped_input(ring_x, ring_r, 0, X, layout, HAS_RESIDUAL)
@@ -663,12 +675,7 @@ def rms_norm_fwd_grouped(Y, RSTD, WORDS, X, W, n_rows, n_cols, stride_y, stride_
         rstd = 1.0 / gl.sqrt(squares / n_cols + eps)
         if part == 0:
             gl.store(RSTD + row, rstd)
-        if CASTING == 0:
-            y = _round_staged(s * rstd, Y) * w
-        elif CASTING == 1:
-            y = s * rstd * w
-        else:
-            y = _round_staged(s * _round_staged(rstd, Y), Y) * w
+        y = _scale_staged(s, rstd, w, Y, CASTING)
         gl.store(Y + row.to(gl.int64) * stride_y + cols, y.to(Y.dtype.element_ty))
         squares = squares_next
     cp.wait_group(0)  # the ring's last copies (rows past the end)

@@ -183,17 +183,17 @@ def grouped_backward_applies(kernel_spec, cache: dict, enabled, s2, dy2, params,
 
 
 def grouped_layout_applies(kernel_spec, min_cols: int, cache: dict, enabled, row_tensors,
-                           params) -> bool:
+                           params, excluded_cols=()) -> bool:
     """Whether a grouped norm kernel (kernel_spec: the family's spec module, its GROUPED_*
     names) takes the row tensors `row_tensors` (first: the normalized rows) with the 1-D
     fp32 or weight tensors `params`: a GPU whose arch it is built for (cached in `cache`;
     `enabled` the env switch), 2-byte data of one dtype, rows of a multiple of its slice
-    (GROUPED_BLOCK_N) from `min_cols` to GROUPED_MAX_COLS, and the aligned class (16-byte
-    pointers, 32-bit strides a multiple of 16). The row length, which refuses the models'
-    usual rows, is checked first: this runs every call."""
+    (GROUPED_BLOCK_N) from `min_cols` to GROUPED_MAX_COLS but those in `excluded_cols`, and
+    the aligned class (16-byte pointers, 32-bit strides a multiple of 16). The row length,
+    which refuses the models' usual rows, is checked first: this runs every call."""
     rows, n = row_tensors[0].shape
     if not (min_cols <= n <= kernel_spec.GROUPED_MAX_COLS
-            and n % kernel_spec.GROUPED_BLOCK_N == 0):
+            and n % kernel_spec.GROUPED_BLOCK_N == 0) or n in excluded_cols:
         return False
     dtype = row_tensors[0].dtype
     if dtype not in _GROUPED_DTYPES or rows == 0 or any(t.dtype != dtype for t in row_tensors):

@@ -57,12 +57,12 @@ def grouped_forward_applies(x2, weight, bias) -> bool:
     """Whether the grouped forward (kernels.py: layer_norm_fwd_grouped, each row read once)
     takes a LayerNorm forward: rows from GROUPED_FWD_MIN_COLS but those of
     GROUPED_FWD_LOOPED_COLS (see _common.grouped_layout_applies)."""
-    if (weight.dtype != x2.dtype or (bias is not None and bias.dtype != x2.dtype)
-            or x2.shape[1] in spec.GROUPED_FWD_LOOPED_COLS):
+    if weight.dtype != x2.dtype or (bias is not None and bias.dtype != x2.dtype):
         return False
     return grouped_layout_applies(spec, spec.GROUPED_FWD_MIN_COLS, _grouped_fwd_devices,
                                   grouped_norm_forward, (x2,),
-                                  (weight,) if bias is None else (weight, bias))
+                                  (weight,) if bias is None else (weight, bias),
+                                  spec.GROUPED_FWD_LOOPED_COLS)
 
 
 def layer_norm_backward(dy, x2, weight, mean, rstd, need_dw=True, need_db=True):

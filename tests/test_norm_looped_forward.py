@@ -26,9 +26,11 @@ from liger_aot.ops import layer_norm as ln_mod
 from liger_aot.ops import rms_norm as rms_mod
 
 
-def wide_pass1(config, block):
-    """config with PASS1_BLOCK = block: pass 1 loads rows of up to `block` columns whole."""
-    return Config({**config.constexprs, "PASS1_BLOCK": block}, num_warps=config.num_warps)
+def forward_pass1(block_n, warps, pass1, block_m=1):
+    """A looped forward config of one program a row block, as the tuner writes them, with
+    PASS1_BLOCK = pass1: pass 1 loads rows of up to `pass1` columns whole."""
+    return Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "LOOP": True, "STAGES": 1,
+                   "PROGRAMS_PER_SM": 0, "PASS1_BLOCK": pass1}, num_warps=warps)
 
 
 # one program per row block, as the forwards launch their looped configs
@@ -37,8 +39,7 @@ CONFIGS = [looped(1, 4096, per_sm=0), looped(2, 2048, per_sm=0), looped(4, 1024,
 # two rows a step, a PASS1_BLOCK the row outgrows (4096 < N: the kernel's fallback to BLOCK_N
 # blocks); bf16 only, the dtype the tuner times (the masks are the same in fp32). With the
 # residual, the RMSNorm kernel keeps BLOCK_N blocks whatever PASS1_BLOCK says.
-WIDE_PASS1_CONFIGS = [wide_pass1(looped(1, 4096, per_sm=0), 16384),
-                      wide_pass1(looped(2, 1024, per_sm=0), 4096)]
+WIDE_PASS1_CONFIGS = [forward_pass1(4096, 8, 16384), forward_pass1(1024, 8, 4096, block_m=2)]
 
 
 def _case_id(config):
@@ -136,12 +137,6 @@ def test_pass1_block_is_a_defaulted_constexpr():
         assert is_staged(gluon.config) and "PASS1_BLOCK" not in gluon.constexprs()
         wide = spec.variant("bf16", "a16", (), forward_pass1(8192, 32, 32768))
         assert wide.constexprs()["PASS1_BLOCK"] == 32768 and "PASS1_BLOCK=32768" in wide.name
-
-
-def forward_pass1(block_n, warps, pass1):
-    """A tuner-style looped forward config (one row a program) with PASS1_BLOCK."""
-    return Config({"BLOCK_M": 1, "BLOCK_N": block_n, "LOOP": True, "STAGES": 1,
-                   "PROGRAMS_PER_SM": 0, "PASS1_BLOCK": pass1}, num_warps=warps)
 
 
 @pytest.mark.parametrize("spec,options,config", [

@@ -195,16 +195,18 @@ def scale_by_grad_output(OUT, GRAD, GRAD_OUTPUT, n_elements, n_cols, per_row, in
 # gradient), and at 128K columns the second read misses L2: three passes of HBM traffic.
 # Here a group of `split` = cdiv(V, SLICE) persistent programs takes rows g, g + n_groups, ...;
 # program `part` of the group owns columns [part * SLICE, (part + 1) * SLICE) of each. Its
-# slice streams through a ring of SLOTS >= CHUNKS shared-memory chunk buffers (cp.async, as
-# the staged norm forwards); pass 1 keeps an online max and sum a thread (one exp an element
-# plus one a thread-row of 8), then the program publishes its slice's log-sum-exp (and sum of
-# x) to its words of STATS and polls the group's words until all `split` are there: the row's
-# log-sum-exp. Pass 2 writes the slice's gradient from shared memory, refilling each slot
-# with a later chunk as soon as its values are in registers. The program that owns the
-# target's column stores the loss. Two passes of HBM traffic instead of three (H200, 8192 x
-# 128256 bf16: 1.41 -> 1.22 ms, session 13; 1.19 with the tagged words of session 14, which
-# replaced an arrival counter whose release fence waited for the program's outstanding
-# memory operations: docs/perf-notes.md).
+# slice streams through a ring of SLOTS shared-memory chunk buffers, a whole number of
+# slices (cp.async, as the staged norm forwards); pass 1 keeps an online max and sum a thread
+# (one exp an element plus one a thread-row of 8), then the program publishes its slice's
+# log-sum-exp (and sum of x) to its words of STATS and polls the group's words until all
+# `split` are there: the row's log-sum-exp. Pass 2 writes the slice's gradient from shared
+# memory, refilling each slot with the same chunk of a later row as soon as its values are
+# in registers. The program that owns the target's column stores the loss. Two passes of HBM
+# traffic instead of three (H200, 8192 x 128256 bf16: 1.41 -> 1.22 ms, session 13; 1.19 with
+# the tagged words of session 14, which replaced an arrival counter whose release fence
+# waited for the program's outstanding memory operations; 1.18 -> 1.09 in session 19 with
+# half the instructions a chunk: constant slots, one masked copy, bf16 widened by a shift
+# and a mask, and masked selects only in the chunk that crosses n_cols: docs/perf-notes.md).
 #
 # Waiting is safe because the grid is at most as many programs as the GPU holds at once
 # (spec.STAGED_CONFIG's PROGRAMS_PER_SM an SM, checked against the kernel's registers and
@@ -215,20 +217,13 @@ def scale_by_grad_output(OUT, GRAD, GRAD_OUTPUT, n_elements, n_cols, per_row, in
 # with STATS zeroed.
 
 @gluon.jit
-def _staged_issue(ring, LOGITS, stride, n_rows, n_cols, t, group, n_groups, part, offs,
-                  CHUNKS: gl.constexpr, SLOTS: gl.constexpr, BLOCK_N: gl.constexpr):
-    """Chunk t of this program's sequence (row group + (t // CHUNKS) * n_groups, chunk t %
-    CHUNKS of its slice) into slot t % SLOTS, as one cp.async group. Columns past n_cols and
-    rows past n_rows are zero-filled, not read; only a chunk that needs the mask computes it
-    (a compare per element costs as much as the arithmetic)."""
-    row = group + (t // CHUNKS) * n_groups
-    start = (part * CHUNKS + t % CHUNKS) * BLOCK_N
-    ptrs = LOGITS + row.to(gl.int64) * stride + start + offs
-    if (start + BLOCK_N <= n_cols) & (row < n_rows):
-        cp.async_copy_global_to_shared(ring.index(t % SLOTS), ptrs)
-    else:
-        cp.async_copy_global_to_shared(ring.index(t % SLOTS), ptrs,
-                                       mask=(offs < n_cols - start) & (row < n_rows))
+def _staged_issue(ring, slot, row_ptr, live_cols, offs):
+    """One chunk of a row into ring slot `slot`, as one cp.async group: `row_ptr` points at
+    the chunk's first column, and columns from `live_cols` on (0 for a row past n_rows) are
+    zero-filled, not read. One masked copy, whatever the chunk: its mask is one compare a
+    16-byte vector, and a second, unmasked copy of the code costs more (a second barrier
+    before it and both paths' issue slots)."""
+    cp.async_copy_global_to_shared(ring.index(slot), row_ptr + offs, mask=offs < live_cols)
     cp.commit_group()
 
 
@@ -244,27 +239,38 @@ LOG2E = gl.constexpr(1.4426950408889634)
 
 
 @gluon.jit
-def _staged_slice_stats(ring, k, part, n_cols, offs, smoothing, layout: gl.constexpr,
+def _online_update(x, m, d):
+    """The online max and sum of exp of each thread-row of 8 (`x` fp32; m, d its running
+    max and sum of exp(x - m)): no barrier until the slice ends."""
+    m_new = gl.maximum(m, gl.max(x, axis=1))
+    m2 = m_new * LOG2E
+    d = d * _exp2(m * LOG2E - m2) + gl.sum(_exp2(x * LOG2E - gl.expand_dims(m2, 1)), axis=1)
+    return m_new, d
+
+
+@gluon.jit
+def _staged_slice_stats(ring, base, part, n_cols, offs, smoothing, layout: gl.constexpr,
                         CHUNKS: gl.constexpr, SLOTS: gl.constexpr, BLOCK_N: gl.constexpr):
-    """(max, sum of exp(x - max), sum of x) over the program's slice of its row k, each chunk
-    waited for as it is needed (SLOTS + k * CHUNKS copies have been issued by then)."""
+    """(max, sum of exp(x - max), sum of x) over the program's slice of its row in slots
+    base .. base + CHUNKS - 1, each chunk waited for as it is needed (every chunk of the
+    rows before has been read then, so exactly SLOTS - 1 - j copies were issued after chunk
+    j). Zero-filled columns past n_cols add nothing to the sum of x; only the chunk that
+    crosses n_cols masks them out of the max and the exp sum, in its own branch (as a
+    predicated select every chunk would pay an issue slot an element for it)."""
     lanes: gl.constexpr = gl.SliceLayout(1, layout)
     m = gl.full([BLOCK_N // 8], -1.0e30, gl.float32, lanes)  # finite: so is m * LOG2E
     d = gl.zeros([BLOCK_N // 8], gl.float32, lanes)
     sx = gl.zeros([BLOCK_N // 8], gl.float32, lanes)
     for j in gl.static_range(CHUNKS):
         cp.wait_group(SLOTS - 1 - j)
-        x = ring.index((k * CHUNKS + j) % SLOTS).load(layout).to(gl.float32)
+        x = staged_rows.widen(ring.index(base + j).load(layout))
         room = n_cols - (part * CHUNKS + j) * BLOCK_N
-        if room < BLOCK_N:
-            x = gl.where(offs < room, x, float("-inf"))
-        # a max and a rescale per thread-row of 8: no barrier until the slice ends
-        m_new = gl.maximum(m, gl.max(x, axis=1))
-        m2 = m_new * LOG2E
-        d = d * _exp2(m * LOG2E - m2) + gl.sum(_exp2(x * LOG2E - gl.expand_dims(m2, 1)), axis=1)
+        if room >= BLOCK_N:
+            m, d = _online_update(x, m, d)
+        elif room > 0:
+            m, d = _online_update(gl.where(offs < room, x, float("-inf")), m, d)
         if smoothing:
-            sx += gl.sum(gl.where(offs < room, x, 0.0), axis=1)
-        m = m_new
+            sx += gl.sum(x, axis=1)
     m_p = gl.max(m, axis=0)
     return m_p, gl.sum(d * gl.exp(m - m_p), axis=0), gl.sum(sx, axis=0)
 
@@ -300,8 +306,15 @@ def cross_entropy_fwd_staged(LOSS, ZLOSS, GRAD, LOGITS, TARGET, SCALES, ROW_SCAL
     smoothing; ignore_index), each row read once (see the comment above). STATS holds 2
     zeroed int64 words a (row, part) (_staged_exchange); the grid is a multiple of split =
     cdiv(n_cols, CHUNKS * BLOCK_N) programs (PROGRAMS_PER_SM: the op's grid). GRAD may be
-    LOGITS (in place): a program writes only its own slice, after it has read it."""
-    gl.static_assert(SLOTS >= CHUNKS)
+    LOGITS (in place): a program writes only its own slice, after it has read it.
+
+    The ring holds RING_ROWS = SLOTS / CHUNKS whole slices: row k of the program's sequence
+    sits in slots (k % RING_ROWS) * CHUNKS + j, and pass 2's chunk j refills its slot with
+    chunk j of row k + RING_ROWS. So every slot index is a constant or one per row, and the
+    refill's address is one per row plus a constant (with 11 slots for 8 chunks each chunk
+    spent ~20 instructions on a modulo and a 64-bit address)."""
+    gl.static_assert(SLOTS % CHUNKS == 0)
+    RING_ROWS: gl.constexpr = SLOTS // CHUNKS
     SLICE: gl.constexpr = CHUNKS * BLOCK_N
     # a thread-row of 8 elements: one 16-byte copy, reduced in registers
     layout: gl.constexpr = gl.BlockedLayout([1, 8], [32, 1], [gl.num_warps(), 1], [1, 0])
@@ -320,11 +333,17 @@ def cross_entropy_fwd_staged(LOSS, ZLOSS, GRAD, LOGITS, TARGET, SCALES, ROW_SCAL
     n_groups = gl.num_programs(0) // split
     group = gl.program_id(0) // split
     part = gl.program_id(0) % split
-    for t in gl.static_range(SLOTS):
-        _staged_issue(ring, LOGITS, stride_logits, n_rows, n_cols, t, group, n_groups, part,
-                      offs, CHUNKS, SLOTS, BLOCK_N)
+    first_col = part * SLICE
+    slice_cols = n_cols - first_col  # the slice's columns in the row (SLICE or fewer)
+    for r in gl.static_range(RING_ROWS):
+        row = group + r * n_groups
+        row_ptr = LOGITS + row.to(gl.int64) * stride_logits + first_col
+        live = gl.where(row < n_rows, slice_cols, 0)
+        for j in gl.static_range(CHUNKS):
+            _staged_issue(ring, r * CHUNKS + j, row_ptr + j * BLOCK_N, live - j * BLOCK_N, offs)
     for k in range(gl.cdiv(n_rows - group, n_groups)):
         row = group + k * n_groups
+        base = (k % RING_ROWS) * CHUNKS
         target = gl.load(TARGET + row)
         ignored = target == ignore_index
         in_range = (target >= 0) & (target < n_cols)
@@ -332,7 +351,7 @@ def cross_entropy_fwd_staged(LOSS, ZLOSS, GRAD, LOGITS, TARGET, SCALES, ROW_SCAL
         # read before any program of the group writes the row (in place); pass 1 hides it
         x_t = gl.load(LOGITS + row.to(gl.int64) * stride_logits + target,
                       mask=in_range & (part == owner), other=0.0).to(gl.float32)
-        m_p, d_p, sx_p = _staged_slice_stats(ring, k, part, n_cols, offs, smoothing, layout,
+        m_p, d_p, sx_p = _staged_slice_stats(ring, base, part, n_cols, offs, smoothing, layout,
                                              CHUNKS, SLOTS, BLOCK_N)
         lse = m_p + gl.log(d_p)  # an ignored row keeps its own: finite, gradient 0
         sx = sx_p
@@ -344,6 +363,10 @@ def cross_entropy_fwd_staged(LOSS, ZLOSS, GRAD, LOGITS, TARGET, SCALES, ROW_SCAL
             gl.store(LOSS + row, gl.where(ignored, 0.0, ce))
             if store_z:
                 gl.store(ZLOSS + row, gl.where(ignored, 0.0, lse_square_scale * lse * lse))
+        # the row whose chunks refill this row's slots
+        next_row = row + RING_ROWS * n_groups
+        next_ptr = LOGITS + next_row.to(gl.int64) * stride_logits + first_col
+        next_live = gl.where(next_row < n_rows, slice_cols, 0)
         if has_grad:
             k_row = gl.load(ROW_SCALE + row, mask=row_scaled, other=1.0)
             k_ce = k_row * gl.load(SCALES, mask=mean, other=1.0)
@@ -352,25 +375,23 @@ def cross_entropy_fwd_staged(LOSS, ZLOSS, GRAD, LOGITS, TARGET, SCALES, ROW_SCAL
             t_coef = gl.where(ignored, 0.0, k_ce * (1.0 - eps))
             s_coef = gl.where(ignored, 0.0, k_ce * eps / n_cols)
             lse2 = lse * LOG2E
-            g_row = GRAD + row.to(gl.int64) * stride_grad
+            g_row = GRAD + row.to(gl.int64) * stride_grad + first_col
+            # the target's column in the slice as a 32-bit chunk and offset (-1: elsewhere)
+            t_local = gl.where(in_range & (part == owner), target - first_col, -1).to(gl.int32)
+            t_chunk = gl.where(t_local >= 0, t_local // BLOCK_N, -1)
+            t_offs = t_local - t_chunk * BLOCK_N
             for j in gl.static_range(CHUNKS):
-                x = ring.index((k * CHUNKS + j) % SLOTS).load(layout).to(gl.float32)
-                # the slot is free once x is in registers: a later chunk streams in
-                _staged_issue(ring, LOGITS, stride_logits, n_rows, n_cols,
-                              k * CHUNKS + j + SLOTS, group, n_groups, part, offs, CHUNKS,
-                              SLOTS, BLOCK_N)
-                start = (part * CHUNKS + j) * BLOCK_N
+                x = staged_rows.widen(ring.index(base + j).load(layout))
+                # the slot is free once x is in registers: the next row's chunk streams in
+                _staged_issue(ring, base + j, next_ptr + j * BLOCK_N, next_live - j * BLOCK_N,
+                              offs)
                 g = a_coef * _exp2(x * LOG2E - lse2) - s_coef
-                if (target >= start) & (target < start + BLOCK_N):
-                    g = gl.where(offs == target - start, g - t_coef, g)
-                ptrs = g_row + start + offs
-                if start + BLOCK_N <= n_cols:
-                    gl.store(ptrs, g.to(GRAD.dtype.element_ty))
-                else:
-                    gl.store(ptrs, g.to(GRAD.dtype.element_ty), mask=offs < n_cols - start)
+                if t_chunk == j:
+                    g = gl.where(offs == t_offs, g - t_coef, g)
+                gl.store(g_row + j * BLOCK_N + offs, g.to(GRAD.dtype.element_ty),
+                         mask=offs < slice_cols - j * BLOCK_N)
         else:
             for j in gl.static_range(CHUNKS):
-                _staged_issue(ring, LOGITS, stride_logits, n_rows, n_cols,
-                              k * CHUNKS + j + SLOTS, group, n_groups, part, offs, CHUNKS,
-                              SLOTS, BLOCK_N)
+                _staged_issue(ring, base + j, next_ptr + j * BLOCK_N, next_live - j * BLOCK_N,
+                              offs)
     cp.wait_group(0)  # the ring's last copies (rows past the end) before the program exits

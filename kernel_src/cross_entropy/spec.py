@@ -71,13 +71,16 @@ SCALE = KernelSpec(
 # CHUNKS x BLOCK_N columns held in shared memory by groups of programs. Measured on an H200
 # (benchmarks/experiment_ce_staged.py, bf16, loss + gradient; docs/perf-notes.md, session 13):
 # small programs many an SM won, because each program's chunk loop waits at a barrier per
-# chunk (Gluon's, around the ring) and only other programs fill that time: 4 warps, 9 an SM,
-# 8 KB slices (8 x 1024 columns, ring of 11 chunks: 22.5 KB), 56 registers (ptxas's cap, or
-# it takes 255). 8192 x 128256: 1.22 ms (cross_entropy_fwd 1.41), 8192 x 256000: 2.47
-# (2.83). One config: the grid's programs must all be resident (see kernels.py), which this
-# one is on sm90 (9 x 23.5 KB of 228 KB, 9 x 128 x 56 of 64K registers).
-STAGED_CONFIG = Config({"BLOCK_N": 1024, "CHUNKS": 8, "SLOTS": 11, "PROGRAMS_PER_SM": 9},
-                       num_warps=4, maxnreg=56)
+# chunk (Gluon's, around the ring) and only other programs fill that time. Session 19: with
+# the ring a whole slice (SLOTS = CHUNKS: constant slot indices, one refill address a row)
+# and half the instructions a chunk, 4 warps, 10 an SM, 8 KB slices (8 x 1024 columns), 48
+# registers (ptxas's cap, or it takes more): 8192 x 128256 in 1.08-1.09 ms (session 18's 11
+# slots, 9 an SM: 1.18; cross_entropy_fwd 1.55), 8192 x 256000 in 2.18 (2.40); 9 and 12 an
+# SM within 0.5%, 6 an SM with two slices of ring 8% slower. One config: the grid's
+# programs must all be resident (see kernels.py), which this one is on sm90 (10 x 17 KB of
+# 228 KB, 10 x 128 x 48 of 64K registers).
+STAGED_CONFIG = Config({"BLOCK_N": 1024, "CHUNKS": 8, "SLOTS": 8, "PROGRAMS_PER_SM": 10},
+                       num_warps=4, maxnreg=48)
 STAGED_SLICE = STAGED_CONFIG.constexprs["CHUNKS"] * STAGED_CONFIG.constexprs["BLOCK_N"]
 MAX_STAGED_SPLIT = 32  # programs a row: up to 262144 columns
 # Row lengths that take the staged kernel (the op also needs sm90, 2-byte data in the aligned

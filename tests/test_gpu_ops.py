@@ -427,6 +427,30 @@ def test_cross_entropy(vocab):
           dtype=torch.bfloat16)
 
 
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_cross_entropy_one_program_kernels(weighted):
+    """reduction_scales and reduce_loss_rows (kernels.py), which run around the row kernel,
+    against the torch reductions they replace: 8195 rows (two full blocks and a partial one),
+    ignored and out-of-range targets, class weights."""
+    from liger_aot.ops import cross_entropy as ce_mod
+
+    n_rows, n_classes = 8195, 128256
+    target = torch.randint(0, n_classes, (n_rows,), device=DEV)
+    target[::5] = -100
+    target[3] = n_classes + 7
+    weight = torch.rand(n_classes, device=DEV) if weighted else None
+    scales = ce_mod.reduction_scales(target, -100, weight)
+    want = ce_mod._reduction_scales_torch(target, -100, weight)
+    torch.testing.assert_close(scales, want, rtol=1e-5 if weighted else 0, atol=0)
+    loss_rows, z_rows = torch.rand(n_rows, device=DEV) * 10, torch.rand(n_rows, device=DEV)
+    acc_rows = (torch.rand(n_rows, device=DEV) > 0.5).float()
+    for reduction in ("sum", "mean"):
+        got = ce_mod.reduce_rows(loss_rows, z_rows, acc_rows, reduction, scales)
+        ref = ce_mod._reduce_rows_torch(loss_rows, z_rows, acc_rows, reduction, scales)
+        for a, b in zip(got, ref):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=0)
+
 STAGED_CE_CASES = [  # (rows, vocab, dtype, options)
     (4096, 128256, torch.bfloat16, {}),
     (4096, 128256, torch.float16, {"reduction": "sum"}),

@@ -504,3 +504,72 @@ def test_cross_entropy_64bit_offsets_gpu():
     per_row = cross_entropy(logits, target, reduction="none")
     ref = F.cross_entropy(sample, target[rows], reduction="none", label_smoothing=0.0)
     assert rel_err(per_row[rows], ref) < 1e-5
+
+
+# -- the one-program kernels around the row kernel (reduction_scales, reduce_loss_rows) ----
+
+def _targets(n_rows, n_classes, seed):
+    g = torch.Generator().manual_seed(seed)
+    target = torch.randint(0, n_classes, (n_rows,), generator=g)
+    target[::5] = -100  # ignored
+    if n_rows > 3:
+        target[3] = n_classes + 7  # out of range: the weighted gather clamps it
+    return target
+
+
+@pytest.mark.parametrize("n_rows", [0, 1, 37, 4096, 9001])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_reduction_scales_kernel_matches_torch(n_rows, weighted):
+    # 9001 rows: three blocks of the 4096-row loop, the last partial
+    n_classes = 5000 if weighted else 11  # 5000 classes: the weight sum loops too
+    target = _targets(n_rows, n_classes, seed=n_rows)
+    weight = torch.rand(n_classes, generator=torch.Generator().manual_seed(1)) \
+        if weighted else None
+    got = ce_module.reduction_scales(target, -100, weight)
+    want = ce_module._reduction_scales_torch(target, -100, weight)
+    assert got.shape == (3,) and got.dtype == torch.float32
+    if n_rows == 0:
+        assert torch.isinf(got[:2]).all()  # a mean over nothing comes out nan, as in torch
+        torch.testing.assert_close(got[2], want[2])
+    else:
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=0)
+        n_valid = (target != -100).sum(dtype=torch.float32)
+        assert got[1] == n_valid.reciprocal()  # rounded as torch rounds it, not approximated
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean"])
+@pytest.mark.parametrize("with_z,with_acc", [(False, False), (True, False), (True, True),
+                                             (False, True)])
+@pytest.mark.parametrize("n_rows", [1, 4097, 9001])
+def test_reduce_rows_kernel_matches_torch(reduction, with_z, with_acc, n_rows):
+    g = torch.Generator().manual_seed(n_rows)
+    loss_rows = torch.rand(n_rows, generator=g) * 10
+    z_rows = torch.rand(n_rows, generator=g) if with_z else None
+    acc_rows = (torch.rand(n_rows, generator=g) > 0.5).float() if with_acc else None
+    scales = torch.tensor([1 / 3000, 1 / 2900, 0.0]) if reduction == "mean" or with_acc \
+        else None
+    got = ce_module.reduce_rows(loss_rows, z_rows, acc_rows, reduction, scales)
+    want = ce_module._reduce_rows_torch(loss_rows, z_rows, acc_rows, reduction, scales)
+    for a, b in zip(got, want):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert a.shape == () and a.dtype == torch.float32
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=0)
+
+
+def test_long_batches_keep_torch_reductions(monkeypatch):
+    # past spec.SMALL_MAX_ROWS rows one program would be slow: torch's reductions run instead
+    monkeypatch.setattr(ce_spec, "SMALL_MAX_ROWS", 8)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("one-program kernel launched past SMALL_MAX_ROWS")
+
+    monkeypatch.setattr(ce_module._reduction_scales, "launch", refuse)
+    monkeypatch.setattr(ce_module._reduce_rows, "launch", refuse)
+    x = torch.randn(9, 13, requires_grad=True)
+    target = _targets(9, 13, seed=2)
+    target[3] = 4
+    for reduction in ("mean", "sum"):
+        loss = cross_entropy(x, target, reduction=reduction)
+        torch.testing.assert_close(loss.double(), reference(x.detach(), target,
+                                                            reduction=reduction)[0])

@@ -189,6 +189,83 @@ def scale_by_grad_output(OUT, GRAD, GRAD_OUTPUT, n_elements, n_cols, per_row, in
             tl.store(OUT + offs, (g * scale).to(OUT.dtype.element_ty), mask=mask)
 
 
+# -- one-program kernels around the row kernels --------------------------------------------
+#
+# Reduction "mean" needs its divisors before the row kernel (the gradient is scaled in the
+# same pass) and the loss's sum after it. As torch ops these were eight small kernels (the
+# target mask, two sums, a stack, a reciprocal, a concatenation, a multiply, a zero fill):
+# ~24 us of a 1.11 ms step at 8192 x 128256 from a CUDA graph on an H200, where the staged
+# kernel itself took 1.086 ms (docs/perf-notes.md, session 19). The op runs these for up to
+# spec.SMALL_MAX_ROWS rows, where one program reads them in a few microseconds.
+
+@triton.jit
+def reduction_scales(SCALES, TARGET, WEIGHT, n_rows, n_classes, ignore_index,
+                     WEIGHTED: tl.constexpr, BLOCK: tl.constexpr):
+    """SCALES = [1 / sum of the class weights of non-ignored targets (their count without
+    weights), 1 / number of non-ignored targets, sum of all class weights (0 without)], as
+    ops.cross_entropy.reduction_scales computes them with torch. 1 / 0 = inf: a "mean" over
+    nothing comes out nan, as in PyTorch. Counts are exact in fp32 up to 2^24 rows."""
+    offs = tl.arange(0, BLOCK)
+    count = tl.zeros([BLOCK], dtype=tl.float32)
+    denom = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, n_rows, BLOCK):
+        rows = start + offs
+        t = tl.load(TARGET + rows, mask=rows < n_rows, other=ignore_index)
+        valid = t != ignore_index
+        count += valid.to(tl.float32)
+        if WEIGHTED:
+            safe = tl.minimum(tl.maximum(t, 0), n_classes - 1)  # ignored or bad: any class
+            denom += tl.load(WEIGHT + safe, mask=valid, other=0.0)
+    n_valid = tl.sum(count, axis=0)
+    if WEIGHTED:
+        w_acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for start in range(0, n_classes, BLOCK):
+            cols = start + offs
+            w_acc += tl.load(WEIGHT + cols, mask=cols < n_classes, other=0.0)
+        total = tl.sum(denom, axis=0)
+        w_sum = tl.sum(w_acc, axis=0)
+    else:
+        total = n_valid
+        w_sum = 0.0
+    # rounded as torch's reciprocal is (the default fp32 division is approximate)
+    tl.store(SCALES, tl.math.div_rn(1.0, total))
+    tl.store(SCALES + 1, tl.math.div_rn(1.0, n_valid))
+    tl.store(SCALES + 2, w_sum)
+
+
+@triton.jit
+def reduce_loss_rows(LOSS, Z, ACC, LOSS_ROWS, Z_ROWS, ACC_ROWS, SCALES, n_rows, flags,
+                     BLOCK: tl.constexpr):
+    """The row kernel's per-row pieces reduced, as ops.cross_entropy.reduce_rows does with
+    torch for reductions "sum" and "mean" (flags: 1 mean, 2 z-loss rows, 4 accuracy rows):
+    LOSS = sum of the loss rows (times SCALES[0] for "mean") + the z-loss, Z = sum of the
+    z-loss rows (times SCALES[1] for "mean"), ACC = sum of the accuracy rows times SCALES[1].
+    Z and ACC are written only when their rows are given."""
+    mean = (flags & 1) != 0
+    has_z = (flags & 2) != 0
+    has_acc = (flags & 4) != 0
+    offs = tl.arange(0, BLOCK)
+    loss = tl.zeros([BLOCK], dtype=tl.float32)
+    z = tl.zeros([BLOCK], dtype=tl.float32)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, n_rows, BLOCK):
+        rows = start + offs
+        live = rows < n_rows
+        loss += tl.load(LOSS_ROWS + rows, mask=live, other=0.0)
+        z += tl.load(Z_ROWS + rows, mask=live & has_z, other=0.0)
+        acc += tl.load(ACC_ROWS + rows, mask=live & has_acc, other=0.0)
+    loss_sum = tl.sum(loss, axis=0)
+    z_sum = tl.sum(z, axis=0)
+    if mean:
+        loss_sum = loss_sum * tl.load(SCALES)
+        z_sum = z_sum * tl.load(SCALES + 1)
+    if has_z:
+        tl.store(Z, z_sum)
+        loss_sum = loss_sum + z_sum
+    tl.store(LOSS, loss_sum)
+    if has_acc:
+        tl.store(ACC, tl.sum(acc, axis=0) * tl.load(SCALES + 1))
+
 # -- staged (Gluon, sm90): each row read once, its slices held in shared memory -------------
 #
 # cross_entropy_fwd reads every row twice (pass 1 for the log-sum-exp, pass 2 for the

@@ -67,6 +67,38 @@ SCALE = KernelSpec(
     configs=(SCALE_CONFIG,), rule=lambda n_elements: SCALE_CONFIG,
 )
 
+# One-program kernels around the row kernels (kernels.py: reduction_scales before them,
+# reduce_loss_rows after; ~24 us of torch kernels in a 1.11 ms step replaced). The op takes
+# them for up to SMALL_MAX_ROWS rows: one program of 8 warps reads 64K int64 targets or fp32
+# loss rows (512 KB / 256 KB) in a few microseconds, and many more rows would be better
+# spread over the GPU, which torch's reductions do.
+SMALL_CONFIG = Config({"BLOCK": 4096}, num_warps=8)
+SMALL_MAX_ROWS = 65536
+
+REDUCTION_SCALES = KernelSpec(
+    name="cross_entropy_reduction_scales", family="cross_entropy", function="reduction_scales",
+    params=(Param("SCALES", "ptr", dtype="fp32"), Param("TARGET", "ptr", dtype="i64"),
+            Param("WEIGHT", "ptr", dtype="fp32"), Param("n_rows", "i32"),
+            Param("n_classes", "i32"), Param("ignore_index", "i64")),
+    dtypes=("fp32",), options={"WEIGHTED": (0, 1)},
+    configs=(SMALL_CONFIG,), rule=lambda: SMALL_CONFIG,
+)
+
+# bits of reduce_loss_rows' flags
+REDUCE_MEAN = 1
+REDUCE_Z = 2
+REDUCE_ACC = 4
+
+REDUCE_ROWS = KernelSpec(
+    name="cross_entropy_reduce_rows", family="cross_entropy", function="reduce_loss_rows",
+    params=(Param("LOSS", "ptr", dtype="fp32"), Param("Z", "ptr", dtype="fp32"),
+            Param("ACC", "ptr", dtype="fp32"), Param("LOSS_ROWS", "ptr", dtype="fp32"),
+            Param("Z_ROWS", "ptr", dtype="fp32"), Param("ACC_ROWS", "ptr", dtype="fp32"),
+            Param("SCALES", "ptr", dtype="fp32"), Param("n_rows", "i32"),
+            Param("flags", "i32")),
+    dtypes=("fp32",), configs=(SMALL_CONFIG,), rule=lambda: SMALL_CONFIG,
+)
+
 # The staged kernel (kernels.py, cross_entropy_fwd_staged): rows read once, in slices of
 # CHUNKS x BLOCK_N columns held in shared memory by groups of programs. Measured on an H200
 # (benchmarks/experiment_ce_staged.py, bf16, loss + gradient; docs/perf-notes.md, session 13):
@@ -124,4 +156,4 @@ STAGED = KernelSpec(
     configs=(STAGED_CONFIG,), rule=lambda: STAGED_CONFIG,
 )
 
-SPECS = (FWD, SCALE, STAGED)
+SPECS = (FWD, SCALE, STAGED, REDUCTION_SCALES, REDUCE_ROWS)

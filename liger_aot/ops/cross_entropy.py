@@ -45,6 +45,8 @@ from ._custom_ops import lazy_custom_op
 _fwd = Kernel(spec.FWD)
 _scale = Kernel(spec.SCALE)
 _staged = Kernel(spec.STAGED)
+_reduction_scales = Kernel(spec.REDUCTION_SCALES)
+_reduce_rows = Kernel(spec.REDUCE_ROWS)
 _STAGED_DTYPES = (torch.bfloat16, torch.float16)
 _staged_devices = {}  # device index -> whether its arch runs the staged kernel
 
@@ -66,7 +68,21 @@ def reduction_scales(target: torch.Tensor, ignore_index: int,
     """(3,) float32 on the device, read by the kernel as SCALES: [1 / sum of the class
     weights of non-ignored targets (their count without weights), 1 / number of non-ignored
     targets, sum of all class weights (0 without weights)]. 1/0 = inf, so a "mean" over
-    nothing comes out nan as in PyTorch."""
+    nothing comes out nan as in PyTorch. One kernel for up to spec.SMALL_MAX_ROWS targets
+    (kernels.py: reduction_scales), else torch's reductions."""
+    n_rows = target.shape[0]
+    if n_rows <= spec.SMALL_MAX_ROWS:
+        scales = torch.empty(3, dtype=torch.float32, device=target.device)
+        n_classes = 1 if weight is None else weight.shape[0]
+        _reduction_scales.launch((1,), scales, target, scales if weight is None else weight,
+                                 n_rows, n_classes, ignore_index, dtype=torch.float32,
+                                 config=spec.SMALL_CONFIG,
+                                 options=(("WEIGHTED", int(weight is not None)),))
+        return scales
+    return _reduction_scales_torch(target, ignore_index, weight)
+
+
+def _reduction_scales_torch(target, ignore_index, weight):
     valid = target != ignore_index
     n_valid = valid.sum(dtype=torch.float32)
     if weight is None:
@@ -198,10 +214,28 @@ def kernel_flags(*, grad=False, mean=False, weight=False, softcap=False, z=False
 def reduce_rows(loss_rows, z_rows, acc_rows, reduction, scales):
     """Per-row pieces -> (loss, z_loss or None, token_accuracy or None), on the device. The
     z-loss is part of the loss; token accuracy is a mean over non-ignored rows unless
-    reduction is "none"."""
+    reduction is "none". One kernel for up to spec.SMALL_MAX_ROWS rows (kernels.py:
+    reduce_loss_rows), else torch's reductions."""
     if reduction == "none":
         loss = loss_rows if z_rows is None else loss_rows + z_rows
         return loss, z_rows, acc_rows
+    n_rows = loss_rows.shape[0]
+    if n_rows > spec.SMALL_MAX_ROWS:
+        return _reduce_rows_torch(loss_rows, z_rows, acc_rows, reduction, scales)
+    loss = torch.empty((), dtype=torch.float32, device=loss_rows.device)
+    z = None if z_rows is None else torch.empty_like(loss)
+    acc = None if acc_rows is None else torch.empty_like(loss)
+    flags = ((spec.REDUCE_MEAN if reduction == "mean" else 0)
+             | (0 if z is None else spec.REDUCE_Z) | (0 if acc is None else spec.REDUCE_ACC))
+    _reduce_rows.launch((1,), loss, loss if z is None else z, loss if acc is None else acc,
+                        loss_rows, loss_rows if z_rows is None else z_rows,
+                        loss_rows if acc_rows is None else acc_rows,
+                        loss_rows if scales is None else scales, n_rows, flags,
+                        dtype=torch.float32, config=spec.SMALL_CONFIG)
+    return loss, z, acc
+
+
+def _reduce_rows_torch(loss_rows, z_rows, acc_rows, reduction, scales):
     if reduction == "sum":
         loss = loss_rows.sum()
         z = None if z_rows is None else z_rows.sum()

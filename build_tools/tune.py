@@ -44,14 +44,14 @@ DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp
 
 def row_configs(bucket: int, flag: bool = False, *, max_tile: int, whole_row_max: int,
                 flag_whole_row_max: int | None = None, loop_from: int, loop_rows=(1,),
-                loop_max_tile: int = 0, loop_warps=(8, 16), loop_pass1: int = 0,
-                launches=None):
+                loop_max_tile: int = 0, loop_warps=(8, 16), loop_blocks=(4096, 8192, 16384),
+                loop_pass1: int = 0, launches=None):
     """Configs of a row kernel with BLOCK_M, BLOCK_N and LOOP constexprs: whole-row tiles
     (BLOCK_N == bucket, BLOCK_M rows, at most max_tile elements) for buckets up to
     whole_row_max (flag_whole_row_max when the rule's flag is set: kernels that compile the
     flag's path out of wider tiles), looped rows for buckets from loop_from (see
-    _looped_tiles; loop_rows: the BLOCK_M values a kernel's loop takes, loop_warps the warp
-    counts of one row a step); 8-32 elements per thread. loop_pass1 > 0: looped rows of one
+    _looped_tiles; loop_rows: the BLOCK_M values a kernel's loop takes, loop_warps and
+    loop_blocks the warp counts and BLOCK_N of one row a step); 8-32 elements per thread. loop_pass1 > 0: looped rows of one
     row a step also with pass 1 over the whole bucket in one chunk (PASS1_BLOCK, the norm
     forwards; not with the flag, the fused residual, which keeps BLOCK_N chunks), where that
     is at most loop_pass1 elements a thread. Kernels with launch-shape
@@ -77,20 +77,20 @@ def row_configs(bucket: int, flag: bool = False, *, max_tile: int, whole_row_max
                                       warps)
     if bucket >= loop_from:
         for block_m, block_n, warps in _looped_tiles(bucket, loop_rows, loop_max_tile,
-                                                     loop_warps):
+                                                     loop_warps, loop_blocks):
             looped = {"BLOCK_M": block_m, "BLOCK_N": block_n, "LOOP": True}
             yield from shaped(looped, warps)
             if block_m == 1 and not flag and bucket // (32 * warps) <= loop_pass1:
                 yield from shaped({**looped, "PASS1_BLOCK": bucket}, warps)
 
 
-def _looped_tiles(bucket: int, loop_rows, loop_max_tile: int, loop_warps):
+def _looped_tiles(bucket: int, loop_rows, loop_max_tile: int, loop_warps, loop_blocks):
     """(BLOCK_M, BLOCK_N, warps) of looped rows shorter than the bucket: one row of
-    4096-16384 columns on loop_warps warps at 8-32 elements a thread; several rows (loop_rows
+    loop_blocks columns on loop_warps warps at 8-32 elements a thread; several rows (loop_rows
     beyond 1) in tiles of at most loop_max_tile elements at 16 a thread (on sm90, pass 2 of
     the norm backwards needs 160-200 registers a thread at 32, and LayerNorm's spills at
     8)."""
-    for block_n in (4096, 8192, 16384):
+    for block_n in loop_blocks:
         for warps in loop_warps:
             if block_n < bucket and 8 <= block_n // (32 * warps) <= 32:
                 yield 1, block_n, warps
@@ -439,9 +439,12 @@ def _suite_rows_if_more(n: int) -> tuple:
 # Pass 1 over the whole bucket (PASS1_BLOCK): minimal looped forwards read 4096 x 16384
 # (LayerNorm, 4096 columns on 16 warps) at 86.8% of copy against 74.5% by BLOCK_N chunks, and
 # 2048 x 32768 (RMSNorm, 8192 on 32) at 88.0 against 76.5 (H200, benchmarks/experiment_norm_
-# fwd_pass1.py); up to 64 elements a thread.
+# fwd_pass1.py); up to 64 elements a thread. Pass 2 also by 2048 columns on 8 warps: with
+# the whole-row pass 1 that tile read LayerNorm 8192 x 8192 at 87.3% of copy, against 80.6%
+# on the table's 4096 x 8 (session 19), which the candidates had not held.
 _FWD_LIMITS = {"max_tile": 32768, "whole_row_max": 32768, "loop_from": 8192,
-               "loop_warps": (8, 16, 32), "loop_pass1": 64, "launches": forward_launches}
+               "loop_warps": (8, 16, 32), "loop_blocks": (2048, 4096, 8192, 16384),
+               "loop_pass1": 64, "launches": forward_launches}
 # Backward whole rows up to 16K columns: on 32 warps, 16 elements a thread of x, dy, w and
 # the dw accumulator (within the 64 registers a thread has at 1024 threads an SM). Looped
 # backwards also take 2 or 4 rows a step (one read-modify-write of the dw partial row for

@@ -167,11 +167,12 @@ def test_grouped_rms_norm_forward(monkeypatch, rows, hidden, dtype, casting, off
     """The grouped forward (kernel_src/rms_norm/kernels.py: rms_norm_fwd_grouped, rows split
     over groups of programs that exchange their sums of squares) through the op against
     float64: y, rstd and the fused add's s, every casting mode, an offset; the launch is the
-    grouped one, also at the lengths the op leaves to the looped forward (GROUPED_FWD_LOOPED_
-    COLS, emptied for the test)."""
+    grouped one, also at the lengths the op leaves to the looped forward (plain rows up to
+    32K: GROUPED_FWD_MIN_COLS lowered for the test to the kernel's shortest, 18432)."""
     from liger_aot.ops import rms_norm as rms_mod
 
-    monkeypatch.setattr(rms_mod.spec, "GROUPED_FWD_LOOPED_COLS", ())
+    monkeypatch.setattr(rms_mod.spec, "GROUPED_FWD_MIN_COLS",
+                        16384 + rms_mod.spec.GROUPED_BLOCK_N)
     launches = _record_launches(monkeypatch, rms_mod._fwd_grouped)
     x = torch.randn(rows, hidden, device=DEV, dtype=dtype)
     r = torch.randn(rows, hidden, device=DEV, dtype=dtype) if residual else None

@@ -310,6 +310,9 @@ def test_norm_forwards_offer_a_whole_row_pass1_from_8k(name):
         assert bool(wide) == (bucket >= 8192), bucket
         if bucket == 65536:  # 32 warps only: 16 would be 128 elements a thread
             assert {c.num_warps for c in wide} == {32}
+        # pass 2 by 2048 columns on 8 warps too (session 19: LayerNorm 8K's best tile)
+        assert any(c.constexprs["BLOCK_N"] == 2048 and c.num_warps == 8 for c in wide) == \
+            (8192 <= bucket <= 16384), bucket
     if name == "rms_norm_fwd":
         assert not [c for c in case.candidates(32768, True) if "PASS1_BLOCK" in c.constexprs]
 

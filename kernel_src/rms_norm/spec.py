@@ -170,16 +170,16 @@ BWD_GROUPED = KernelSpec(
 # registers) 91% from 32K, against 93 / 82 / 88 / 82% at 32K / 40K / 48K / 64K. So each takes
 # rows from the first length where it was ahead: RMSNorm over 16K, the fused add over 32K.
 # Since session 18 the looped forward's whole-row pass 1 (PASS1_BLOCK, tuned) reads a whole
-# bucket's rows faster at 32K (87.5% against 85.6; 64K 83.7 against 85.2), so plain rows of
-# GROUPED_FWD_LOOPED_COLS stay looped. Between the powers of two the grouped kernel stays:
-# there the looped one's row is a partial bucket (session 17: 70% against 86% at 20K).
+# bucket's rows faster at 32K (87.5% against 85.6; 64K 83.7 against 85.2), and in session 19
+# also the partial buckets between 16K and 32K (20K / 24K / 28K: 89.0 / 89.3 / 88.4% against
+# the grouped 85.9 / 85.5 / 85.6), so plain RMSNorm rows go grouped only over 32K.
 GROUPED_FWD_CONFIG = Config({"BLOCK_N": GROUPED_BLOCK_N, "SLOTS": 3, "PROGRAMS_PER_SM": 10,
                              "HAS_RESIDUAL": 0}, num_warps=4, maxnreg=48)
 GROUPED_FWD_RES_CONFIG = Config({"BLOCK_N": GROUPED_BLOCK_N, "SLOTS": 3, "PROGRAMS_PER_SM": 6,
                                  "HAS_RESIDUAL": 1}, num_warps=4, maxnreg=80)
-GROUPED_FWD_MIN_COLS = 16384 + GROUPED_BLOCK_N
+GROUPED_FWD_MIN_COLS = 32768 + GROUPED_BLOCK_N
 GROUPED_FWD_RES_MIN_COLS = 32768 + GROUPED_BLOCK_N
-GROUPED_FWD_LOOPED_COLS = (32768,)
+GROUPED_FWD_LOOPED_COLS = ()  # none over GROUPED_FWD_MIN_COLS (LayerNorm has some)
 
 FWD_GROUPED = KernelSpec(
     name="rms_norm_fwd_grouped", family="rms_norm", function="rms_norm_fwd_grouped",

@@ -51,11 +51,11 @@ def row_configs(bucket: int, flag: bool = False, *, max_tile: int, whole_row_max
     whole_row_max (flag_whole_row_max when the rule's flag is set: kernels that compile the
     flag's path out of wider tiles), looped rows for buckets from loop_from (see
     _looped_tiles; loop_rows: the BLOCK_M values a kernel's loop takes, loop_warps and
-    loop_blocks the warp counts and BLOCK_N of one row a step); 8-32 elements per thread. loop_pass1 > 0: looped rows of one
-    row a step also with pass 1 over the whole bucket in one chunk (PASS1_BLOCK, the norm
-    forwards; not with the flag, the fused residual, which keeps BLOCK_N chunks), where that
-    is at most loop_pass1 elements a thread. Kernels with launch-shape
-    constexprs (STAGES, PROGRAMS_PER_SM, ...) take each dict of them that
+    loop_blocks the warp counts and BLOCK_N of one row a step); 8-32 elements per thread.
+    loop_pass1 > 0: looped rows of one row a step also with pass 1 over the whole bucket in
+    one chunk (PASS1_BLOCK, the norm forwards; not with the flag, the fused residual, which
+    keeps BLOCK_N chunks), where that is at most loop_pass1 elements a thread. Kernels with
+    launch-shape constexprs (STAGES, PROGRAMS_PER_SM, ...) take each dict of them that
     `launches(tile, loop)` yields."""
     def shaped(constexprs, warps):
         if launches is None:

@@ -266,6 +266,7 @@ def reduce_loss_rows(LOSS, Z, ACC, LOSS_ROWS, Z_ROWS, ACC_ROWS, SCALES, n_rows, 
     if has_acc:
         tl.store(ACC, tl.sum(acc, axis=0) * tl.load(SCALES + 1))
 
+
 # -- staged (Gluon, sm90): each row read once, its slices held in shared memory -------------
 #
 # cross_entropy_fwd reads every row twice (pass 1 for the log-sum-exp, pass 2 for the

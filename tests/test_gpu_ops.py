@@ -486,6 +486,8 @@ def test_staged_cross_entropy(monkeypatch, rows, vocab, dtype, options):
     x64 = logits.double().requires_grad_()
     ref, ref_z = reference(x64, target, **options)
     g = torch.rand_like(ref) + 0.5  # a grad_output other than 1: the scale kernel runs
+    if g.dim():
+        g[::3] *= -1  # reduction "none": some rows of negative grad_output
     ref.backward(g)
     for in_place in (False, True):
         x = logits.clone().requires_grad_()
@@ -522,6 +524,31 @@ def test_fused_linear_cross_entropy():
     print(f"FLCE errors {errors}, peak beyond inputs {extra / 2**30:.2f} GiB")
     assert all(e < 2e-2 for e in errors), errors
 
+
+
+def test_fused_linear_cross_entropy_none(monkeypatch):
+    """Reduction "none": the backward recomputes each chunk's logits and scales their
+    gradient by each row's grad_output inside the row kernel, here the staged one (131072
+    classes), with rows of negative grad_output (the staged kernel's general path: a_coef <
+    0 is not folded into the exponent) and ignored rows."""
+    from liger_aot.ops import cross_entropy as ce_mod
+    from liger_aot.ops.fused_linear_cross_entropy import fused_linear_cross_entropy
+
+    launches = _record_launches(monkeypatch, ce_mod._staged)
+    vocab = 131072
+    x = torch.randn(1024, 256, device=DEV, dtype=torch.bfloat16)
+    w = torch.randn(vocab, 256, device=DEV, dtype=torch.bfloat16) * 0.05
+    target = torch.randint(0, vocab, (1024,), device=DEV)
+    target[::5] = -100
+    out, grads, g = grads_of(
+        lambda x, w: fused_linear_cross_entropy(x, w, target, reduction="none"), x, w)
+    assert (g < 0).any() and (g > 0).any()
+    ref_out, ref_grads, _ = grads_of(
+        lambda x, w: F.cross_entropy(x.float() @ w.float().t(), target, reduction="none"),
+        x, w, grad=g.float())
+    errors = [rel(out, ref_out)] + [rel(a, b) for a, b in zip(grads, ref_grads)]
+    assert len(grads) == 2 and all(e < 2e-2 for e in errors), errors
+    assert launches, "the staged kernel did not run"
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_distillation_losses(dtype):

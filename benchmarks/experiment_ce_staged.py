@@ -117,8 +117,10 @@ def compile_only(configs):
 def time_placements(count, vocab, floor_ms, logits, target, scales, eps, check, loss,
                     do_bench):
     """The op's launch into `count` gradient buffers that are all alive at once (so each lies
-    elsewhere in memory), round 1 then round 2 in the same order: a buffer slower in both
-    rounds than the others says the place, not the moment, sets the time."""
+    elsewhere in memory), round 1 then round 2 in the same order, and torch's copy of the
+    logits into each: a buffer slower in both rounds than the others says the place, not the
+    moment, sets the time, and a copy slower into the same buffers says it is the memory's,
+    not the kernel's."""
     buffers = [torch.empty_like(logits) for _ in range(count)]
     rows = []
     for round_ in (1, 2):
@@ -127,13 +129,16 @@ def time_placements(count, vocab, floor_ms, logits, target, scales, eps, check, 
             err = check(buf)
             ms = do_bench(lambda: op_launch(loss, buf, logits, target, scales, eps), warmup=25,
                           rep=150, return_mode="median")
+            copy_ms = do_bench(lambda: buf.copy_(logits), warmup=25, rep=150,
+                               return_mode="median")
             rows.append({"vocab": vocab, "kernel": "placement", "config": f"buffer {i}",
                          "in_place": False, "ms": ms, "pct_floor": 100 * floor_ms / ms,
                          "rel_err": err, "status": f"round {round_}, grad at "
-                                                   f"{buf.data_ptr():#x}"})
+                                                   f"{buf.data_ptr():#x}, copy {copy_ms:.4f} ms"})
             print(f"V {vocab:6d} round {round_} buffer {i} at {buf.data_ptr():#014x} "
                   f"(logits {logits.data_ptr():#014x}): {ms:7.3f} ms  "
-                  f"{100 * floor_ms / ms:5.1f}% of 1R+1W  err {err:.1e}", flush=True)
+                  f"{100 * floor_ms / ms:5.1f}% of 1R+1W  err {err:.1e}; torch copy into it "
+                  f"{copy_ms:.4f} ms ({100 * floor_ms / copy_ms:5.1f}%)", flush=True)
     del buffers
     return rows
 

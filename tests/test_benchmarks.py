@@ -346,3 +346,19 @@ def test_norm_forward_pass1_experiment_smoke():
     bad = subprocess.run([sys.executable, script, "--sass", "--tiles", "4096x3"],
                          capture_output=True, text=True, timeout=600, env=env)
     assert bad.returncode == 2 and "warps 1-32" in bad.stderr, bad.stderr[-2000:]
+
+
+def test_experiment_ce_staged_arguments():
+    """benchmarks/experiment_ce_staged.py refuses a negative --buffers with a usage error,
+    and --compile-only reports the library's config within what its grid assumes (sm90
+    ptxas here: registers, stack, shared memory, and that its programs an SM fit)."""
+    script = os.path.join(ROOT, "benchmarks", "experiment_ce_staged.py")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    bad = subprocess.run([sys.executable, script, "--buffers", "-1"], capture_output=True,
+                         text=True, timeout=600, env=env)
+    assert bad.returncode == 2 and "--buffers must be >= 0" in bad.stderr, bad.stderr[-2000:]
+    done = subprocess.run([sys.executable, script, "--compile-only", "--configs",
+                           "1024,8,8,4,10,48"], capture_output=True, text=True, timeout=600,
+                          env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "stack 0 B" in done.stdout and "10 an SM fit" in done.stdout, done.stdout

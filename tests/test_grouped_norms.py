@@ -247,7 +247,7 @@ def test_grouped_forward_applies(sm90_forward, monkeypatch, op):
         if op == "fused":
             kw.setdefault("residual", _Fake(ptr=1024, dtype=x.dtype, shape=x.shape))
         return _forward_applies(x, op="ln" if op == "ln" else "rms", **kw)
-    looped = () if op == "fused" else family.GROUPED_FWD_LOOPED_COLS
+    looped = ln_spec.GROUPED_FWD_LOOPED_COLS if op == "ln" else ()  # LayerNorm's only
     shortest = next(n for n in range(min_cols, family.GROUPED_MAX_COLS, BLOCK_N)
                     if n not in looped)
     assert applies(_Fake(shape=(8, shortest)))

@@ -179,7 +179,6 @@ GROUPED_FWD_RES_CONFIG = Config({"BLOCK_N": GROUPED_BLOCK_N, "SLOTS": 3, "PROGRA
                                  "HAS_RESIDUAL": 1}, num_warps=4, maxnreg=80)
 GROUPED_FWD_MIN_COLS = 32768 + GROUPED_BLOCK_N
 GROUPED_FWD_RES_MIN_COLS = 32768 + GROUPED_BLOCK_N
-GROUPED_FWD_LOOPED_COLS = ()  # none over GROUPED_FWD_MIN_COLS (LayerNorm has some)
 
 FWD_GROUPED = KernelSpec(
     name="rms_norm_fwd_grouped", family="rms_norm", function="rms_norm_fwd_grouped",

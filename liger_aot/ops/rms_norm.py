@@ -73,15 +73,13 @@ def _forward(x, weight, eps, offset, casting, residual=None):
 def grouped_forward_applies(x2, weight, r2=None) -> bool:
     """Whether the grouped forward (kernels.py: rms_norm_fwd_grouped, each row read once)
     takes an RMSNorm forward, or with the residual r2 the fused add's: rows from
-    GROUPED_FWD_MIN_COLS (GROUPED_FWD_RES_MIN_COLS) but plain rows of GROUPED_FWD_LOOPED_COLS,
-    see _common.grouped_layout_applies."""
+    GROUPED_FWD_MIN_COLS (GROUPED_FWD_RES_MIN_COLS), see _common.grouped_layout_applies."""
     if weight.dtype != x2.dtype:
         return False
-    min_cols, row_tensors, excluded = (
-        (spec.GROUPED_FWD_MIN_COLS, (x2,), spec.GROUPED_FWD_LOOPED_COLS) if r2 is None
-        else (spec.GROUPED_FWD_RES_MIN_COLS, (x2, r2), ()))
+    min_cols, row_tensors = ((spec.GROUPED_FWD_MIN_COLS, (x2,)) if r2 is None
+                             else (spec.GROUPED_FWD_RES_MIN_COLS, (x2, r2)))
     return grouped_layout_applies(spec, min_cols, _grouped_fwd_devices, grouped_norm_forward,
-                                  row_tensors, (weight,), excluded)
+                                  row_tensors, (weight,))
 
 
 def _grouped_forward(y, s, rstd, x2, r2, weight, eps, offset, casting, has_residual):

@@ -45,7 +45,7 @@ DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp
 def row_configs(bucket: int, flag: bool = False, *, max_tile: int, whole_row_max: int,
                 flag_whole_row_max: int | None = None, loop_from: int, loop_rows=(1,),
                 loop_max_tile: int = 0, loop_warps=(8, 16), loop_blocks=(4096, 8192, 16384),
-                loop_pass1: int = 0, launches=None):
+                loop_pass1: int = 0, launches=None, whole_row_warps=None, pass1_rows=(1,)):
     """Configs of a row kernel with BLOCK_M, BLOCK_N and LOOP constexprs: whole-row tiles
     (BLOCK_N == bucket, BLOCK_M rows, at most max_tile elements) for buckets up to
     whole_row_max (flag_whole_row_max when the rule's flag is set: kernels that compile the
@@ -54,25 +54,33 @@ def row_configs(bucket: int, flag: bool = False, *, max_tile: int, whole_row_max
     loop_blocks the warp counts and BLOCK_N of one row a step); 8-32 elements per thread.
     loop_pass1 > 0: looped rows of one row a step also with pass 1 over the whole bucket in
     one chunk (PASS1_BLOCK, the norm forwards; not with the flag, the fused residual, which
-    keeps BLOCK_N chunks), where that is at most loop_pass1 elements a thread. Kernels with
+    keeps BLOCK_N chunks), where that is at most loop_pass1 elements a thread; pass1_rows
+    beyond 1: also that many rows a program so, whose pass 2 reads w (and b) once for them
+    all. Kernels with
     launch-shape constexprs (STAGES, PROGRAMS_PER_SM, ...) take each dict of them that
-    `launches(tile, loop)` yields."""
+    `launches(tile, loop)` yields. whole_row_warps: the warp counts of whole-row tiles (default
+    4-16, and 32 with launches); tiles on fewer than 4 warps take up to 64 elements a thread,
+    and only the launch of one program a row block (a few such programs an SM could not keep
+    its memory busy)."""
     def shaped(constexprs, warps):
         if launches is None:
             yield Config(constexprs, num_warps=warps)
             return
         for launch in launches(constexprs["BLOCK_M"] * constexprs["BLOCK_N"],
                                constexprs["LOOP"]):
+            if warps < 4 and launch.get("PROGRAMS_PER_SM", 0) != 0:
+                continue
             yield Config({**constexprs, **launch}, num_warps=warps)
 
-    warp_counts = (4, 8, 16) if launches is None else (4, 8, 16, 32)
+    warp_counts = whole_row_warps or ((4, 8, 16) if launches is None else (4, 8, 16, 32))
     if bucket <= (flag_whole_row_max if flag and flag_whole_row_max else whole_row_max):
         for block_m in (1, 2, 4, 8, 16):
             tile = block_m * bucket
             if tile > max_tile:
                 break
             for warps in warp_counts:
-                if 8 <= tile // (32 * warps) <= 32:
+                # up to 64 elements a thread on 1-2 warps: a 2K row on one warp
+                if 8 <= tile // (32 * warps) <= (64 if warps < 4 else 32):
                     yield from shaped({"BLOCK_M": block_m, "BLOCK_N": bucket, "LOOP": False},
                                       warps)
     if bucket >= loop_from:
@@ -82,6 +90,13 @@ def row_configs(bucket: int, flag: bool = False, *, max_tile: int, whole_row_max
             yield from shaped(looped, warps)
             if block_m == 1 and not flag and bucket // (32 * warps) <= loop_pass1:
                 yield from shaped({**looped, "PASS1_BLOCK": bucket}, warps)
+        for rows in (r for r in pass1_rows if r > 1 and not flag):
+            for block_n in loop_blocks:
+                for warps in loop_warps:
+                    if (block_n < bucket and 8 <= rows * block_n // (32 * warps) <= 32
+                            and rows * bucket // (32 * warps) <= loop_pass1):
+                        yield from shaped({"BLOCK_M": rows, "BLOCK_N": block_n, "LOOP": True,
+                                           "PASS1_BLOCK": bucket}, warps)
 
 
 def _looped_tiles(bucket: int, loop_rows, loop_max_tile: int, loop_warps, loop_blocks):
@@ -442,9 +457,17 @@ def _suite_rows_if_more(n: int) -> tuple:
 # fwd_pass1.py); up to 64 elements a thread. Pass 2 also by 2048 columns on 8 warps: with
 # the whole-row pass 1 that tile read LayerNorm 8192 x 8192 at 87.3% of copy, against 80.6%
 # on the table's 4096 x 8 (session 19), which the candidates had not held.
+# Whole rows also on 1 and 2 warps: torch.compile's LayerNorm 65536 x 1024 forward, one row a
+# program on one warp (its row sums warp shuffles alone), issued 26.5M instructions in 65.3
+# us against the library's 48.0M in 69.6 us on 4 rows over 4 warps, whose sums cross warps
+# through shared memory (H200, Nsight Compute, session 20). Looped rows with the whole-row
+# pass 1 also two a program: LayerNorm's 32K forward moved 500 MB through L2 against
+# RMSNorm's 420 MB (pass 2 reads w and b for every row) at 81% of L2 throughput and 69% of
+# DRAM's (Nsight Compute, session 20).
 _FWD_LIMITS = {"max_tile": 32768, "whole_row_max": 32768, "loop_from": 8192,
                "loop_warps": (8, 16, 32), "loop_blocks": (2048, 4096, 8192, 16384),
-               "loop_pass1": 64, "launches": forward_launches}
+               "loop_pass1": 64, "launches": forward_launches,
+               "whole_row_warps": (1, 2, 4, 8, 16, 32), "pass1_rows": (1, 2)}
 # Backward whole rows up to 16K columns: on 32 warps, 16 elements a thread of x, dy, w and
 # the dw accumulator (within the 64 registers a thread has at 1024 threads an SM). Looped
 # backwards also take 2 or 4 rows a step (one read-modify-write of the dw partial row for

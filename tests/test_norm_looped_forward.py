@@ -35,11 +35,13 @@ def forward_pass1(block_n, warps, pass1, block_m=1):
 
 # one program per row block, as the forwards launch their looped configs
 CONFIGS = [looped(1, 4096, per_sm=0), looped(2, 2048, per_sm=0), looped(4, 1024, per_sm=0)]
-# Pass 1 over the whole row at once (16384 >= N, as a tuned bucket's PASS1_BLOCK is) and,
-# two rows a step, a PASS1_BLOCK the row outgrows (4096 < N: the kernel's fallback to BLOCK_N
-# blocks); bf16 only, the dtype the tuner times (the masks are the same in fp32). With the
-# residual, the RMSNorm kernel keeps BLOCK_N blocks whatever PASS1_BLOCK says.
-WIDE_PASS1_CONFIGS = [forward_pass1(4096, 8, 16384), forward_pass1(1024, 8, 4096, block_m=2)]
+# Pass 1 over the whole row at once (16384 >= N, as a tuned bucket's PASS1_BLOCK is; one row
+# a program and two, as the tuner offers them) and, two rows a step, a PASS1_BLOCK the row
+# outgrows (4096 < N: the kernel's fallback to BLOCK_N blocks); bf16 only, the dtype the
+# tuner times (the masks are the same in fp32). With the residual, the RMSNorm kernel keeps
+# BLOCK_N blocks whatever PASS1_BLOCK says.
+WIDE_PASS1_CONFIGS = [forward_pass1(4096, 8, 16384), forward_pass1(1024, 8, 4096, block_m=2),
+                      forward_pass1(4096, 16, 16384, block_m=2)]
 
 
 def _case_id(config):

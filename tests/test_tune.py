@@ -246,6 +246,7 @@ def test_build_compiles_the_tuned_configs(tables, tmp_path, tmp_path_factory, mo
 FLAG_WHOLE_ROW_MAX = {"rms_norm_fwd": rms.RESIDUAL_MAX_BLOCK_N,
                       "rms_norm_bwd": rms.DRES_MAX_BLOCK_N}
 LOOP_ROWS = {"rms_norm_bwd", "layer_norm_bwd"}  # looped kernels that take BLOCK_M rows a step
+SMALL_WARPS = {"rms_norm_fwd", "layer_norm_fwd"}  # whole rows also on 1-2 warps
 
 
 @pytest.mark.parametrize("name", list(tune.CASES))
@@ -265,9 +266,15 @@ def test_candidates_are_configs_the_kernel_supports(name):
                 assert set(c.constexprs) - {"PASS1_BLOCK"} == keys, c.tag
                 if "PASS1_BLOCK" in c.constexprs:
                     _check_wide_pass1_candidate(case, c, bucket, flag)
-                assert c.num_warps in (4, 8, 16, 32) and c.num_stages == 1, c.tag
                 m, n = c.constexprs["BLOCK_M"], c.constexprs["BLOCK_N"]
-                assert 8 <= m * n // (32 * c.num_warps) <= 32, c.tag  # elements a thread
+                if c.num_warps < 4:  # the forwards' whole rows on 1-2 warps, one program a block
+                    assert name in SMALL_WARPS and c.num_warps in (1, 2), c.tag
+                    assert not c.constexprs["LOOP"] and c.constexprs["PROGRAMS_PER_SM"] == 0
+                    assert 8 <= m * n // (32 * c.num_warps) <= 64, c.tag  # elements a thread
+                else:
+                    assert c.num_warps in (4, 8, 16, 32), c.tag
+                    assert 8 <= m * n // (32 * c.num_warps) <= 32, c.tag
+                assert c.num_stages == 1, c.tag
                 if "STAGES" in keys:  # launch shapes of the persistent norm kernels
                     assert c.constexprs["STAGES"] in (1, 2, 3, 4), c.tag
                     per_sm = c.constexprs["PROGRAMS_PER_SM"]
@@ -282,9 +289,10 @@ def test_candidates_are_configs_the_kernel_supports(name):
                     assert m * n <= 4096, c.tag
                 elif c.constexprs["LOOP"]:
                     assert n < bucket, c.tag  # looping over the row's column blocks
-                    # one row a step, or 2-4 in tiles of at most 8K elements
-                    assert m == 1 or (name in LOOP_ROWS and m in (2, 4) and m * n <= 8192), \
-                        c.tag
+                    # one row a step, or 2-4 in tiles of at most 8K elements, or two rows of
+                    # the forwards' whole-row pass 1 (checked below)
+                    assert m == 1 or (name in LOOP_ROWS and m in (2, 4) and m * n <= 8192) \
+                        or (m == 2 and "PASS1_BLOCK" in c.constexprs), c.tag
                 else:
                     assert n >= bucket and m * n <= 32768, c.tag  # the whole row in the tile
                     if flag:  # wider tiles compile the residual path out
@@ -298,8 +306,9 @@ def _check_wide_pass1_candidate(case, c, bucket, flag):
     assert "PASS1_BLOCK" in case.spec.constexpr_defaults, c.tag
     assert case.spec.name in ("rms_norm_fwd", "layer_norm_fwd") and not flag, c.tag
     k = c.constexprs
-    assert k["LOOP"] and k["BLOCK_M"] == 1 and k["PASS1_BLOCK"] == bucket > k["BLOCK_N"], c.tag
-    assert bucket // (32 * c.num_warps) <= 64, c.tag
+    assert k["LOOP"] and k["BLOCK_M"] in (1, 2) and k["PASS1_BLOCK"] == bucket > k["BLOCK_N"], \
+        c.tag
+    assert k["BLOCK_M"] * bucket // (32 * c.num_warps) <= 64, c.tag
 
 
 @pytest.mark.parametrize("name", ["rms_norm_fwd", "layer_norm_fwd"])
@@ -315,6 +324,28 @@ def test_norm_forwards_offer_a_whole_row_pass1_from_8k(name):
             (8192 <= bucket <= 16384), bucket
     if name == "rms_norm_fwd":
         assert not [c for c in case.candidates(32768, True) if "PASS1_BLOCK" in c.constexprs]
+    # two rows a program (w and b read once for both), where the pair is 64 a thread at most
+    pairs = {b: {(c.constexprs["BLOCK_N"], c.num_warps) for c in case.candidates(b)
+                 if "PASS1_BLOCK" in c.constexprs and c.constexprs["BLOCK_M"] == 2}
+             for b in (8192, 32768, 65536)}
+    assert pairs == {8192: {(2048, 8), (2048, 16), (4096, 8), (4096, 16), (4096, 32)},
+                     32768: {(4096, 32), (8192, 32), (16384, 32)}, 65536: set()}
+
+
+@pytest.mark.parametrize("name", ["rms_norm_fwd", "layer_norm_fwd"])
+def test_norm_forwards_offer_a_row_on_one_warp(name):
+    """torch.compile's 1K LayerNorm forward tile (one row on one warp, its sums in shuffles)
+    and a 2K row on one warp; the backwards keep 4 warps and more."""
+    case = tune.CASES[name]
+    def small(bucket):
+        return {(c.constexprs["BLOCK_M"], c.num_warps) for c in case.candidates(bucket)
+                if c.num_warps < 4}
+    assert small(1024) == {(1, 1), (1, 2), (2, 1), (2, 2), (4, 2)}
+    assert small(2048) == {(1, 1), (1, 2), (2, 2)}
+    assert small(4096) == {(1, 2)}
+    assert small(8192) == set()
+    backward = tune.CASES[name.replace("_fwd", "_bwd")]
+    assert min(c.num_warps for b in (1024, 2048) for c in backward.candidates(b)) == 4
 
 
 def _check_staged_candidate(name, c, bucket, flag):

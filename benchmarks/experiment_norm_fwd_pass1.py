@@ -23,6 +23,13 @@ that LayerNorm tile), w and b under the default L2 policy nothing. The library t
 PASS1_BLOCK (kernel_src/rms_norm/kernels.py, _looped_rows), with no loop; its rows here are
 the library's looped kernel on each tile, pass 1 by blocks and by the whole row.
 
+Session 20 added the variant "pass 2 in static trips" (PASS2_STATIC: with the whole-row
+pass 1, pass 2 takes PASS1_BLOCK // BLOCK_N blocks in a trip count known to ptxas). H200,
+RMSNorm 2048 x 32768: 87.0 -> 89.5-90.0% of copy on 16384 x 32 warps, 87.6-88.1 -> 89.1-89.7
+on 8192 x 32 (torch.compile 89.3-89.7); LayerNorm 32K on 8192 x 16 79.7% against the library's
+79.6. Ported to the library's RMSNorm kernel it lost in the suite (32K 87.4 -> 84.0%, 8K
+90.9 -> 88.3%) and was not kept (docs/perf-notes.md, session 20).
+
   python benchmarks/experiment_norm_fwd_pass1.py [--op layer_norm|rms_norm]
       [--cols N --tiles BLOCK_NxWARPS,...]
       (CUDA GPU: each variant, the library's kernel on the same tile and torch.compile, from
@@ -63,13 +70,30 @@ def _add_pairs(a1, a2, b1, b2):
 
 
 @triton.jit
+def _pass2_chunk(x_row, y_row, W, B, c, n_cols, mean, rstd, LAYER_NORM: tl.constexpr,
+                 W_HINT: tl.constexpr):
+    m = c < n_cols
+    x = tl.load(x_row + c, mask=m, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    w = tl.load(W + c, mask=m, other=0.0, eviction_policy=W_HINT).to(tl.float32)
+    if LAYER_NORM:
+        b = tl.load(B + c, mask=m, other=0.0, eviction_policy=W_HINT).to(tl.float32)
+        y = (x - mean) * rstd * w + b
+    else:
+        y = (x * rstd).to(y_row.dtype.element_ty).to(tl.float32) * w  # llama casting
+    tl.store(y_row + c, y.to(y_row.dtype.element_ty), mask=m)
+
+
+@triton.jit
 def minimal_fwd(Y, X, W, B, STAT, n_cols, eps, LAYER_NORM: tl.constexpr,
                 BLOCK_N: tl.constexpr, PASS1_BLOCK: tl.constexpr, PASS1_LOOP: tl.constexpr,
-                W_HINT: tl.constexpr):
+                W_HINT: tl.constexpr, PASS2_STATIC: tl.constexpr = False):
     """One row a program. Pass 1: sums over chunks of PASS1_BLOCK columns (LayerNorm: of x
     and x^2 shifted by the row's first element; RMSNorm: of x^2), evict_last; a whole-row
     pass 1 inside a runtime loop of one trip with PASS1_LOOP (the library's form). Pass 2: y
-    by chunks of BLOCK_N, x evict_first, w and b with the W_HINT policy. STAT: rstd a row."""
+    by chunks of BLOCK_N, x evict_first, w and b with the W_HINT policy; with PASS2_STATIC
+    (session 20, whole-row pass 1 only) PASS1_BLOCK // BLOCK_N chunks in a trip count known
+    to ptxas, as Inductor's fixed shapes give it, instead of a runtime loop to n_cols. STAT:
+    rstd a row."""
     row = tl.program_id(0).to(tl.int64)
     x_row = X + row * n_cols
     y_row = Y + row * n_cols
@@ -110,28 +134,29 @@ def minimal_fwd(Y, X, W, B, STAT, n_cols, eps, LAYER_NORM: tl.constexpr,
         rstd = 1.0 / tl.sqrt(s2 / n_cols + eps)
     tl.store(STAT + row, rstd)
     cols = tl.arange(0, BLOCK_N)
-    for start in tl.range(0, n_cols, BLOCK_N):
-        c = start + cols
-        m = c < n_cols
-        x = tl.load(x_row + c, mask=m, other=0.0, eviction_policy="evict_first").to(tl.float32)
-        w = tl.load(W + c, mask=m, other=0.0, eviction_policy=W_HINT).to(tl.float32)
-        if LAYER_NORM:
-            b = tl.load(B + c, mask=m, other=0.0, eviction_policy=W_HINT).to(tl.float32)
-            y = (x - mean) * rstd * w + b
-        else:
-            y = (x * rstd).to(Y.dtype.element_ty).to(tl.float32) * w  # llama casting
-        tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=m)
+    if PASS2_STATIC:  # the row fits PASS1_BLOCK; chunks past n_cols are masked off
+        for i in tl.static_range(PASS1_BLOCK // BLOCK_N):
+            _pass2_chunk(x_row, y_row, W, B, i * BLOCK_N + cols, n_cols, mean, rstd,
+                         LAYER_NORM, W_HINT)
+    else:
+        for start in tl.range(0, n_cols, BLOCK_N):
+            _pass2_chunk(x_row, y_row, W, B, start + cols, n_cols, mean, rstd, LAYER_NORM,
+                         W_HINT)
 
 
 def variants(n, tiles):
-    """(label, BLOCK_N, PASS1_BLOCK, warps, PASS1_LOOP, W_HINT): pass 1 by chunks and by the
-    whole row, the latter also in a loop and with w and b under the default policy."""
+    """(label, BLOCK_N, PASS1_BLOCK, warps, PASS1_LOOP, W_HINT, PASS2_STATIC): pass 1 by
+    chunks and by the whole row, the latter also in a loop, with w and b under the default
+    policy, and with pass 2 in static trips."""
     for block_n, warps in tiles:
         row = triton.next_power_of_2(n)
-        yield f"chunked {block_n}x{warps}w", block_n, block_n, warps, False, "evict_last"
-        yield f"whole-row pass 1 {block_n}x{warps}w", block_n, row, warps, False, "evict_last"
-        yield f"  ... in a loop", block_n, row, warps, True, "evict_last"
-        yield f"  ... w, b default policy", block_n, row, warps, False, ""
+        yield (f"chunked {block_n}x{warps}w", block_n, block_n, warps, False, "evict_last",
+               False)
+        yield (f"whole-row pass 1 {block_n}x{warps}w", block_n, row, warps, False,
+               "evict_last", False)
+        yield f"  ... in a loop", block_n, row, warps, True, "evict_last", False
+        yield f"  ... w, b default policy", block_n, row, warps, False, "", False
+        yield f"  ... pass 2 in static trips", block_n, row, warps, False, "evict_last", True
 
 
 def reference(op, x, w, b):
@@ -150,7 +175,7 @@ def inputs(m, n, device):
     return x, w, b
 
 
-def launcher(op, x, w, b, block_n, pass1, warps, pass1_loop, w_hint):
+def launcher(op, x, w, b, block_n, pass1, warps, pass1_loop, w_hint, pass2_static):
     m, n = x.shape
     y = torch.empty_like(x)
     stat = torch.empty(m, device=x.device, dtype=torch.float32)
@@ -158,7 +183,7 @@ def launcher(op, x, w, b, block_n, pass1, warps, pass1_loop, w_hint):
     def run():
         minimal_fwd[(m,)](y, x, w, b, stat, n, EPS, LAYER_NORM=op == "layer_norm",
                           BLOCK_N=block_n, PASS1_BLOCK=pass1, PASS1_LOOP=pass1_loop,
-                          W_HINT=w_hint, num_warps=warps)
+                          W_HINT=w_hint, PASS2_STATIC=pass2_static, num_warps=warps)
         return y
     return run
 
@@ -212,14 +237,16 @@ def sass(shapes):
                         "cuobjdump")
     sig = {"Y": "*bf16", "X": "*bf16", "W": "*bf16", "B": "*bf16", "STAT": "*fp32",
            "n_cols": "i32", "eps": "fp32", "LAYER_NORM": "constexpr", "BLOCK_N": "constexpr",
-           "PASS1_BLOCK": "constexpr", "PASS1_LOOP": "constexpr", "W_HINT": "constexpr"}
+           "PASS1_BLOCK": "constexpr", "PASS1_LOOP": "constexpr", "W_HINT": "constexpr",
+           "PASS2_STATIC": "constexpr"}
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(6)}
     for op, (m, n, tiles) in shapes.items():
-        for label, block_n, pass1, warps, pass1_loop, w_hint in variants(n, tiles):
+        for label, block_n, pass1, warps, pass1_loop, w_hint, static in variants(n, tiles):
             source = ASTSource(minimal_fwd, signature=sig, attrs=attrs,
                                constexprs={"LAYER_NORM": op == "layer_norm",
                                            "BLOCK_N": block_n, "PASS1_BLOCK": pass1,
-                                           "PASS1_LOOP": pass1_loop, "W_HINT": w_hint})
+                                           "PASS1_LOOP": pass1_loop, "W_HINT": w_hint,
+                                           "PASS2_STATIC": static})
             kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32),
                                     options={"num_warps": warps, "num_stages": 1})
             with tempfile.NamedTemporaryFile(suffix=".cubin") as f:

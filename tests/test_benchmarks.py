@@ -333,16 +333,18 @@ def test_smoke_end_to_end(tmp_path):
 
 def test_norm_forward_pass1_experiment_smoke():
     """benchmarks/experiment_norm_fwd_pass1.py --smoke: its minimal looped forwards (pass 1 by
-    chunks, by the whole row, by the whole row in a loop, and with w and b under the default
-    L2 policy) through Triton's interpreter match torch (the script asserts it) for
-    LayerNorm and RMSNorm; a malformed --tiles is refused with a usage error."""
+    chunks, by the whole row, by the whole row in a loop, with w and b under the default L2
+    policy, and with pass 2 in static trips) through Triton's interpreter match torch (the
+    script asserts it) for LayerNorm and RMSNorm; a malformed --tiles is refused with a
+    usage error."""
     script = os.path.join(ROOT, "benchmarks", "experiment_norm_fwd_pass1.py")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, script, "--smoke"], capture_output=True, text=True,
                           timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.strip().splitlines()
-    assert len(lines) == 2 * 4 and all("rel. error" in line for line in lines), done.stdout
+    assert len(lines) == 2 * 5 and all("rel. error" in line for line in lines), done.stdout
+    assert sum("static trips" in line for line in lines) == 2, done.stdout
     bad = subprocess.run([sys.executable, script, "--sass", "--tiles", "4096x3"],
                          capture_output=True, text=True, timeout=600, env=env)
     assert bad.returncode == 2 and "warps 1-32" in bad.stderr, bad.stderr[-2000:]

@@ -54,9 +54,9 @@ def row_configs(bucket: int, flag: bool = False, *, max_tile: int, whole_row_max
     loop_blocks the warp counts and BLOCK_N of one row a step); 8-32 elements per thread.
     loop_pass1 > 0: looped rows of one row a step also with pass 1 over the whole bucket in
     one chunk (PASS1_BLOCK, the norm forwards; not with the flag, the fused residual, which
-    keeps BLOCK_N chunks), where that is at most loop_pass1 elements a thread; pass1_rows
-    beyond 1: also that many rows a program so, whose pass 2 reads w (and b) once for them
-    all. Kernels with
+    keeps BLOCK_N chunks), where that is at most loop_pass1 elements a thread; each count
+    in pass1_rows beyond 1: such configs also with that many rows a program, whose pass 2
+    reads w (and b) once for them all. Kernels with
     launch-shape constexprs (STAGES, PROGRAMS_PER_SM, ...) take each dict of them that
     `launches(tile, loop)` yields. whole_row_warps: the warp counts of whole-row tiles (default
     4-16, and 32 with launches); tiles on fewer than 4 warps take up to 64 elements a thread,
@@ -463,7 +463,8 @@ def _suite_rows_if_more(n: int) -> tuple:
 # through shared memory (H200, Nsight Compute, session 20). Looped rows with the whole-row
 # pass 1 also two a program: LayerNorm's 32K forward moved 500 MB through L2 against
 # RMSNorm's 420 MB (pass 2 reads w and b for every row) at 81% of L2 throughput and 69% of
-# DRAM's (Nsight Compute, session 20).
+# DRAM's (Nsight Compute, session 20); the tune that followed kept one row for LayerNorm at
+# 16K-32K and took two for RMSNorm at 8K.
 _FWD_LIMITS = {"max_tile": 32768, "whole_row_max": 32768, "loop_from": 8192,
                "loop_warps": (8, 16, 32), "loop_blocks": (2048, 4096, 8192, 16384),
                "loop_pass1": 64, "launches": forward_launches,

@@ -52,11 +52,10 @@ def row_configs(bucket: int, flag: bool = False, *, max_tile: int, whole_row_max
     flag's path out of wider tiles), looped rows for buckets from loop_from (see
     _looped_tiles; loop_rows: the BLOCK_M values a kernel's loop takes, loop_warps and
     loop_blocks the warp counts and BLOCK_N of one row a step); 8-32 elements per thread.
-    loop_pass1 > 0: looped rows of one row a step also with pass 1 over the whole bucket in
-    one chunk (PASS1_BLOCK, the norm forwards; not with the flag, the fused residual, which
-    keeps BLOCK_N chunks), where that is at most loop_pass1 elements a thread; each count
-    in pass1_rows beyond 1: such configs also with that many rows a program, whose pass 2
-    reads w (and b) once for them all. Kernels with
+    loop_pass1 > 0: looped rows also with pass 1 over the whole bucket in one chunk
+    (PASS1_BLOCK, the norm forwards; not with the flag, the fused residual, which keeps
+    BLOCK_N chunks), each count of rows a program in pass1_rows (beyond 1, pass 2 reads w
+    and b once for them all), where that is at most loop_pass1 elements a thread. Kernels with
     launch-shape constexprs (STAGES, PROGRAMS_PER_SM, ...) take each dict of them that
     `launches(tile, loop)` yields. whole_row_warps: the warp counts of whole-row tiles (default
     4-16, and 32 with launches); tiles on fewer than 4 warps take up to 64 elements a thread,
@@ -86,11 +85,8 @@ def row_configs(bucket: int, flag: bool = False, *, max_tile: int, whole_row_max
     if bucket >= loop_from:
         for block_m, block_n, warps in _looped_tiles(bucket, loop_rows, loop_max_tile,
                                                      loop_warps, loop_blocks):
-            looped = {"BLOCK_M": block_m, "BLOCK_N": block_n, "LOOP": True}
-            yield from shaped(looped, warps)
-            if block_m == 1 and not flag and bucket // (32 * warps) <= loop_pass1:
-                yield from shaped({**looped, "PASS1_BLOCK": bucket}, warps)
-        for rows in (r for r in pass1_rows if r > 1 and not flag):
+            yield from shaped({"BLOCK_M": block_m, "BLOCK_N": block_n, "LOOP": True}, warps)
+        for rows in (() if flag else pass1_rows):  # PASS1_BLOCK = the bucket
             for block_n in loop_blocks:
                 for warps in loop_warps:
                     if (block_n < bucket and 8 <= rows * block_n // (32 * warps) <= 32

@@ -428,7 +428,6 @@ def test_cross_entropy(vocab):
           dtype=torch.bfloat16)
 
 
-
 @pytest.mark.parametrize("weighted", [False, True])
 def test_cross_entropy_one_program_kernels(weighted):
     """reduction_scales and reduce_loss_rows (kernels.py), which run around the row kernel,
@@ -451,6 +450,7 @@ def test_cross_entropy_one_program_kernels(weighted):
         ref = ce_mod._reduce_rows_torch(loss_rows, z_rows, acc_rows, reduction, scales)
         for a, b in zip(got, ref):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=0)
+
 
 STAGED_CE_CASES = [  # (rows, vocab, dtype, options)
     (4096, 128256, torch.bfloat16, {}),
@@ -525,7 +525,6 @@ def test_fused_linear_cross_entropy():
     assert all(e < 2e-2 for e in errors), errors
 
 
-
 def test_fused_linear_cross_entropy_none(monkeypatch):
     """Reduction "none": the backward recomputes each chunk's logits and scales their
     gradient by each row's grad_output inside the row kernel, here the staged one (131072
@@ -549,6 +548,7 @@ def test_fused_linear_cross_entropy_none(monkeypatch):
     errors = [rel(out, ref_out)] + [rel(a, b) for a, b in zip(grads, ref_grads)]
     assert len(grads) == 2 and all(e < 2e-2 for e in errors), errors
     assert launches, "the staged kernel did not run"
+
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_distillation_losses(dtype):

@@ -29,7 +29,8 @@ from liger_aot.kernel_src import tuning
 from liger_aot.kernel_src.layer_norm import spec as layer_norm
 from liger_aot.kernel_src.rms_norm import spec as rms_norm
 from liger_aot.kernel_src.softmax import spec as softmax
-from liger_aot.kernel_src.spec import Config, KernelSpec, next_power_of_2, staged_twin
+from liger_aot.kernel_src.spec import (EXACT_KEY, Config, KernelSpec, exact_length,
+                                       next_power_of_2, staged_twin)
 from liger_aot.kernel_src.swiglu import spec as swiglu
 from liger_aot.ops._common import (accumulators, atomic_weight_grad, block_grid,
                                    multiprocessor_count, norm_backward_grid)
@@ -45,7 +46,8 @@ DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp
 def row_configs(bucket: int, flag: bool = False, *, max_tile: int, whole_row_max: int,
                 flag_whole_row_max: int | None = None, loop_from: int, loop_rows=(1,),
                 loop_max_tile: int = 0, loop_warps=(8, 16), loop_blocks=(4096, 8192, 16384),
-                loop_pass1: int = 0, launches=None, whole_row_warps=None, pass1_rows=(1,)):
+                loop_pass1: int = 0, launches=None, whole_row_warps=None, pass1_rows=(1,),
+                exact_pass1: bool = False):
     """Configs of a row kernel with BLOCK_M, BLOCK_N and LOOP constexprs: whole-row tiles
     (BLOCK_N == bucket, BLOCK_M rows, at most max_tile elements) for buckets up to
     whole_row_max (flag_whole_row_max when the rule's flag is set: kernels that compile the
@@ -60,7 +62,8 @@ def row_configs(bucket: int, flag: bool = False, *, max_tile: int, whole_row_max
     `launches(tile, loop)` yields. whole_row_warps: the warp counts of whole-row tiles (default
     4-16, and 32 with launches); tiles on fewer than 4 warps take up to 64 elements a thread,
     and only the launch of one program a row block (a few such programs an SM could not keep
-    its memory busy)."""
+    its memory busy). exact_pass1: each whole-row pass-1 config also with the bucket's length
+    compiled in (EXACT_KEY; the tuned shapes' rows are that long)."""
     def shaped(constexprs, warps):
         if launches is None:
             yield Config(constexprs, num_warps=warps)
@@ -91,8 +94,10 @@ def row_configs(bucket: int, flag: bool = False, *, max_tile: int, whole_row_max
                 for warps in loop_warps:
                     if (block_n < bucket and 8 <= rows * block_n // (32 * warps) <= 32
                             and rows * bucket // (32 * warps) <= loop_pass1):
-                        yield from shaped({"BLOCK_M": rows, "BLOCK_N": block_n, "LOOP": True,
-                                           "PASS1_BLOCK": bucket}, warps)
+                        for exact in ((0, 1) if exact_pass1 else (0,)):
+                            yield from shaped({"BLOCK_M": rows, "BLOCK_N": block_n,
+                                               "LOOP": True, "PASS1_BLOCK": bucket,
+                                               **({EXACT_KEY: 1} if exact else {})}, warps)
 
 
 def _looped_tiles(bucket: int, loop_rows, loop_max_tile: int, loop_warps, loop_blocks):
@@ -464,7 +469,8 @@ def _suite_rows_if_more(n: int) -> tuple:
 _FWD_LIMITS = {"max_tile": 32768, "whole_row_max": 32768, "loop_from": 8192,
                "loop_warps": (8, 16, 32), "loop_blocks": (2048, 4096, 8192, 16384),
                "loop_pass1": 64, "launches": forward_launches,
-               "whole_row_warps": (1, 2, 4, 8, 16, 32), "pass1_rows": (1, 2)}
+               "whole_row_warps": (1, 2, 4, 8, 16, 32), "pass1_rows": (1, 2),
+               "exact_pass1": True}
 # Backward whole rows up to 16K columns: on 32 warps, 16 elements a thread of x, dy, w and
 # the dw accumulator (within the 64 registers a thread has at 1024 threads an SM). Looped
 # backwards also take 2 or 4 rows a step (one read-modify-write of the dw partial row for
@@ -512,6 +518,8 @@ def candidates_of(case: Case, shape: tuple) -> list:
     configs, tags = [], set()
     for config in (case.spec.rule(*shape[1:]),
                    *case.candidates(next_power_of_2(shape[1]), _flag(shape))):
+        if config.constexprs.get(EXACT_KEY) and exact_length(config) != shape[1]:
+            continue  # its row length compiled in: rows of that length only
         if config.tag not in tags:
             tags.add(config.tag)
             configs.append(config)

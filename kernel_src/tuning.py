@@ -25,7 +25,8 @@ import json
 import os
 import threading
 
-from .spec import STAGED_KEYS, Config, KernelSpec, next_power_of_2
+from .spec import (EXACT_KEY, STAGED_KEYS, Config, KernelSpec, exact_length, inexact_twin,
+                   next_power_of_2)
 
 TABLE_FORMAT = 1
 TUNED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tuned")
@@ -103,10 +104,27 @@ def config_from_record(spec: KernelSpec, record: dict) -> Config:
                          f"{sorted(config.constexprs)}, the spec has {sorted(keys)}"
                          + (f" (staged configs: also {', '.join(STAGED_KEYS)})"
                             if spec.staged else ""))
+    if config.constexprs.get(EXACT_KEY) and not exact_length(config):
+        raise ValueError(f"tuned config {config.tag} of {spec.name}: {EXACT_KEY} needs looped "
+                         f"rows whose pass 1 is wider than BLOCK_N (PASS1_BLOCK)")
+    return _shared(spec, config)
+
+
+def _shared(spec: KernelSpec, config: Config) -> Config:
+    """The process-wide object of a config: the spec's own with that tag, else one per (spec,
+    tag)."""
     for own in spec.configs:
         if own.tag == config.tag:
             return own
     return _configs.setdefault((spec.name, config.tag), config)
+
+
+def _serving(spec: KernelSpec, config: Config, n_cols: int) -> Config:
+    """config, or for rows of another length than one it compiles in (EXACT_KEY) its inexact
+    twin."""
+    if config.constexprs.get(EXACT_KEY) and n_cols != exact_length(config):
+        return _shared(spec, inexact_twin(config))
+    return config
 
 
 # Bytes per element of the dtypes a table entry may be measured in.
@@ -139,13 +157,16 @@ def tuned_configs(spec: KernelSpec, arch: str) -> dict:
 
 def arch_configs(spec: KernelSpec, arch: str) -> tuple:
     """What the build compiles for the arch: the heuristic configs, then the tuned ones that
-    differ from them (by tag), in a stable order."""
+    differ from them (by tag) and the inexact twins of exact-length ones, in a stable
+    order."""
     configs = list(spec.configs)
     tags = {c.tag for c in configs}
-    for config in tuned_configs(spec, arch).values():
-        if config.tag not in tags:
-            tags.add(config.tag)
-            configs.append(config)
+    for tuned in tuned_configs(spec, arch).values():
+        # an exact-length config's twin serves the bucket's other lengths (see select)
+        for config in (tuned, _serving(spec, tuned, -1)):
+            if config.tag not in tags:
+                tags.add(config.tag)
+                configs.append(config)
     return tuple(configs)
 
 
@@ -171,15 +192,16 @@ def select(spec: KernelSpec, arch: str | None, args: tuple, itemsize: int = 0) -
     bucket, else the spec's rule. With `itemsize` (bytes per element of the call's data),
     only an entry measured with that element size: a config's shared memory and registers
     grow with it (a 3-stage whole row of 16K bf16 columns fits an H200's shared memory, of
-    fp32 it does not), so other sizes take the rule. The runtime calls it once per (device,
-    args, dtype), see Kernel.select_config."""
+    fp32 it does not), so other sizes take the rule. A config with the row length compiled
+    in serves rows of that length only, others its twin (exact_length). The runtime calls
+    it once per (device, args, dtype), see Kernel.select_config."""
     if arch is not None:
         tuned, sizes = _tuned(spec, arch)
         if tuned:
             key = bucket_key(spec, args)
             config = tuned.get(key)
             if config is not None and (not itemsize or sizes[key] == itemsize):
-                return config
+                return _serving(spec, config, args[0])
     return spec.rule(*args)
 
 

@@ -2,8 +2,9 @@
 LayerNorm (with and without bias) with BLOCK_M rows a step, in Triton's interpreter against
 float64 PyTorch: one row a step (what `liger-aot tune` offers), two and four (the kernels
 take any BLOCK_M; an H200 tune preferred none of them, docs/perf-notes.md), pass 1 over the
-whole row (PASS1_BLOCK) and its fallback for longer rows, and the looped forwards the
-committed sm90 table chose.
+whole row (PASS1_BLOCK) and its fallback for longer rows, the same with the row length
+compiled in (EXACT_KEY, rows of N_EXACT columns), and the looped forwards the committed sm90
+table chose.
 
 23 rows: the last row block of 2 or 4 rows is partial. N = 8200 columns: over the looped
 threshold and not a multiple of BLOCK_N, so the last column block is partial too. The rows
@@ -19,18 +20,20 @@ from _op_helpers import rel_err
 # the backward tests' sizes, guarded buffers and config helpers
 from test_norm_looped_backward import (EPS, N, ROWS, TOL, guarded, looped,
                                        tuned_looped_configs)
-from liger_aot.kernel_src.spec import Config
+from liger_aot.kernel_src.spec import EXACT_KEY, Config
 from liger_aot.kernel_src.layer_norm import spec as ln_spec
 from liger_aot.kernel_src.rms_norm import spec as rms_spec
 from liger_aot.ops import layer_norm as ln_mod
 from liger_aot.ops import rms_norm as rms_mod
 
 
-def forward_pass1(block_n, warps, pass1, block_m=1):
+def forward_pass1(block_n, warps, pass1, block_m=1, exact=False):
     """A looped forward config of one program a row block, as the tuner writes them, with
-    PASS1_BLOCK = pass1: pass 1 loads rows of up to `pass1` columns whole."""
+    PASS1_BLOCK = pass1: pass 1 loads rows of up to `pass1` columns whole; exact: rows of
+    exactly `pass1` columns, that length compiled in (EXACT_KEY)."""
     return Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "LOOP": True, "STAGES": 1,
-                   "PROGRAMS_PER_SM": 0, "PASS1_BLOCK": pass1}, num_warps=warps)
+                   "PROGRAMS_PER_SM": 0, "PASS1_BLOCK": pass1,
+                   **({EXACT_KEY: 1} if exact else {})}, num_warps=warps)
 
 
 # one program per row block, as the forwards launch their looped configs
@@ -44,16 +47,24 @@ WIDE_PASS1_CONFIGS = [forward_pass1(4096, 8, 16384), forward_pass1(1024, 8, 4096
                       forward_pass1(4096, 16, 16384, block_m=2)]
 
 
+# The row length compiled in: rows of exactly PASS1_BLOCK columns, one row a program (no
+# row mask) and two (the last block of the 23 rows partial), pass 2 in two and four trips.
+N_EXACT = 4096
+EXACT_CONFIGS = [forward_pass1(2048, 4, N_EXACT, exact=True),
+                 forward_pass1(1024, 4, N_EXACT, block_m=2, exact=True)]
+
+
 def _case_id(config):
     block = config.constexprs.get("PASS1_BLOCK", 0)
     return (f"m{config.constexprs['BLOCK_M']}-n{config.constexprs['BLOCK_N']}"
-            + (f"-pass1_{block}" if block else ""))
+            + (f"-pass1_{block}" if block else "")
+            + ("-exact" if config.constexprs.get(EXACT_KEY) else ""))
 
 
 def cases(name):
     """(config, dtype): the tiles above in fp32 and bf16, the whole-row pass 1s in bf16, the
     table's other looped configs in fp32."""
-    return ([pytest.param(c, d, id=f"{_case_id(c)}-{dn}") for c in CONFIGS
+    return ([pytest.param(c, d, id=f"{_case_id(c)}-{dn}") for c in CONFIGS + EXACT_CONFIGS
              for d, dn in ((torch.float32, "fp32"), (torch.bfloat16, "bf16"))]
             + [pytest.param(c, torch.bfloat16, id=f"{_case_id(c)}-bf16")
                for c in WIDE_PASS1_CONFIGS]
@@ -61,6 +72,11 @@ def cases(name):
                # the table's whole-row pass 1s (up to 64K wide: minutes in the interpreter)
                # run the code of WIDE_PASS1_CONFIGS' first config, with other constants
                if not c.constexprs.get("PASS1_BLOCK")])
+
+
+def _cols(config) -> int:
+    """The test rows' length: N, or the length an exact config compiles in."""
+    return N_EXACT if config.constexprs.get(EXACT_KEY) else N
 
 
 class _Forced:
@@ -89,6 +105,7 @@ def forced_config(monkeypatch):
 def test_rms_norm_looped_forward(forced_config, config, dtype, residual):
     torch.manual_seed(0)
     forced_config(rms_mod, config)
+    N = _cols(config)
     x, x_buf = guarded(ROWS, N, dtype)
     r, r_buf = guarded(ROWS, N, dtype) if residual else (None, None)
     w = (torch.randn(N) * 0.1 + 1.0).to(dtype)
@@ -110,6 +127,7 @@ def test_rms_norm_looped_forward(forced_config, config, dtype, residual):
 def test_layer_norm_looped_forward(forced_config, config, dtype, bias):
     torch.manual_seed(0)
     forced_config(ln_mod, config)
+    N = _cols(config)
     # a large mean: the shifted sums must not lose the variance to cancellation
     x, x_buf = guarded(ROWS, N, dtype, scale=0.5, shift=20.0)
     w = (torch.randn(N) * 0.1 + 1.0).to(dtype)

@@ -16,7 +16,8 @@ from liger_aot.cli import main as cli_main
 from liger_aot.kernel_src import all_specs, tuning
 from liger_aot.kernel_src.relu_squared import spec as relu_squared
 from liger_aot.kernel_src.rms_norm import spec as rms
-from liger_aot.kernel_src.spec import ALIGN_CLASSES, DTYPES, STAGED_KEYS, Config, is_staged
+from liger_aot.kernel_src.spec import (ALIGN_CLASSES, DTYPES, EXACT_KEY, STAGED_KEYS, Config,
+                                       exact_length, inexact_twin, is_staged)
 from liger_aot.kernel_src.swiglu import spec as swiglu
 from liger_aot.runtime import Kernel, device, registry
 
@@ -92,6 +93,38 @@ def test_table_lookup_and_fallback(tables):
     assert tuning.select(rms.BWD, "sm90", (3000, False)) is rms.select_bwd_config(3000, False)
     assert tuning.select(rms.FWD, "sm90", (3000, False), 2) is got
     assert tuning.select(rms.FWD, "sm90", (3000, False), 4) is rms.select_config(3000, False)
+
+
+def _wide_pass1(exact: bool) -> Config:
+    return Config({"BLOCK_M": 1, "BLOCK_N": 8192, "LOOP": True, "STAGES": 1,
+                   "PROGRAMS_PER_SM": 0, "PASS1_BLOCK": 32768,
+                   **({EXACT_KEY: 1} if exact else {})}, num_warps=16)
+
+
+def test_an_exact_length_config_serves_its_length_and_its_twin_the_rest(tables):
+    """A tuned config with the row length compiled in (EXACT_KEY) runs rows of that length
+    only; the bucket's other lengths take its twin without the key, which the build compiles
+    too, and both are one object a process."""
+    tables("sm90", {"rms_norm_fwd": {"n_cols=32768,residual=False": _wide_pass1(True)}})
+    exact = tuning.select(rms.FWD, "sm90", (32768, False))
+    assert exact.constexprs[EXACT_KEY] == 1 and exact_length(exact) == 32768
+    twin = tuning.select(rms.FWD, "sm90", (20480, False))
+    assert twin.tag == _wide_pass1(False).tag
+    assert twin is tuning.select(rms.FWD, "sm90", (32752, False))
+    assert exact is tuning.select(rms.FWD, "sm90", (32768,))
+    built = {c.tag: c for c in tuning.arch_configs(rms.FWD, "sm90")}
+    assert built[exact.tag] is exact and built[twin.tag] is twin
+    assert {v.config.tag for v in rms.FWD.variants("sm90")} >= {exact.tag, twin.tag}
+    # a table without exact configs builds no twins
+    tables("sm90", {"rms_norm_fwd": {"n_cols=32768,residual=False": _wide_pass1(False)}})
+    assert len(tuning.arch_configs(rms.FWD, "sm90")) == len(rms.FWD.configs) + 1
+
+
+def test_an_exact_length_config_needs_a_whole_row_pass1(tables):
+    whole_row = Config({**NEW_RMS.constexprs, EXACT_KEY: 1}, num_warps=16)
+    tables("sm90", {"rms_norm_fwd": {"n_cols=4096,residual=False": whole_row}})
+    with pytest.raises(ValueError, match="EXACT_N needs looped rows"):
+        tuning.select(rms.FWD, "sm90", (4096, False))
 
 
 def test_kernel_select_config(tables, monkeypatch):
@@ -263,9 +296,11 @@ def test_candidates_are_configs_the_kernel_supports(name):
                 if is_staged(c):
                     _check_staged_candidate(name, c, bucket, flag)
                     continue
-                assert set(c.constexprs) - {"PASS1_BLOCK"} == keys, c.tag
+                assert set(c.constexprs) - {"PASS1_BLOCK", EXACT_KEY} == keys, c.tag
                 if "PASS1_BLOCK" in c.constexprs:
                     _check_wide_pass1_candidate(case, c, bucket, flag)
+                else:
+                    assert EXACT_KEY not in c.constexprs, c.tag
                 m, n = c.constexprs["BLOCK_M"], c.constexprs["BLOCK_N"]
                 if c.num_warps < 4:  # the forwards' whole rows on 1-2 warps, one program a block
                     assert name in SMALL_WARPS and c.num_warps in (1, 2), c.tag
@@ -309,6 +344,19 @@ def _check_wide_pass1_candidate(case, c, bucket, flag):
     assert k["LOOP"] and k["BLOCK_M"] in (1, 2) and k["PASS1_BLOCK"] == bucket > k["BLOCK_N"], \
         c.tag
     assert k["BLOCK_M"] * bucket // (32 * c.num_warps) <= 64, c.tag
+    # the bucket's length compiled in, or not (the tuned shapes' rows are the bucket's)
+    assert k.get(EXACT_KEY, 1) == 1 and EXACT_KEY in case.spec.constexpr_defaults, c.tag
+    assert exact_length(c) == bucket, c.tag
+
+
+def test_norm_forwards_offer_each_whole_row_pass1_with_its_length_compiled_in():
+    for name in ("rms_norm_fwd", "layer_norm_fwd"):
+        wide = [c for c in tune.CASES[name].candidates(32768) if "PASS1_BLOCK" in c.constexprs]
+        exact = {inexact_twin(c).tag for c in wide if c.constexprs.get(EXACT_KEY)}
+        assert exact and exact == {c.tag for c in wide if EXACT_KEY not in c.constexprs}
+    for name in ("softmax_fwd", "rms_norm_bwd"):  # kernels without the constexpr
+        assert not [c for b in (16384, 32768) for c in tune.CASES[name].candidates(b)
+                    if EXACT_KEY in c.constexprs]
 
 
 @pytest.mark.parametrize("name", ["rms_norm_fwd", "layer_norm_fwd"])

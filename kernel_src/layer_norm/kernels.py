@@ -78,12 +78,17 @@ def _looped_normalize(x_row, y_row, Y, W, B, row_mask, cols, n_cols, mean, rstd,
 @triton.jit
 def _fwd_block(block, Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y, stride_x, eps,
                has_bias, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LOOP: tl.constexpr,
-               STAGES: tl.constexpr, PASS1_BLOCK: tl.constexpr):
+               STAGES: tl.constexpr, PASS1_BLOCK: tl.constexpr, EXACT_N: tl.constexpr):
     """The forward of row block `block` (BLOCK_M rows)."""
     cols = tl.arange(0, BLOCK_N)
     # block * BLOCK_M < n_rows fits int32; rows in int64 for the address arithmetic
     rows = tl.arange(0, BLOCK_M).to(tl.int64) + block * BLOCK_M
     row_mask = rows < n_rows
+    if EXACT_N:  # rows of exactly PASS1_BLOCK columns (kernel_src/spec.py, exact_length)
+        tl.static_assert(LOOP and PASS1_BLOCK > BLOCK_N)
+        n_cols = PASS1_BLOCK
+        if BLOCK_M == 1:  # a program's one row is always there
+            row_mask = tl.full([BLOCK_M], 1, tl.int1)
     x_row = X + rows[:, None] * stride_x
     y_row = Y + rows[:, None] * stride_y
     # mean and rstd stay [BLOCK_M, 1] columns, in the layout the row sums come in
@@ -144,21 +149,23 @@ def _fwd_block(block, Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y, stride_x
 def layer_norm_fwd(Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y, stride_x, eps, has_bias,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LOOP: tl.constexpr,
                    STAGES: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr,
-                   PASS1_BLOCK: tl.constexpr = 0):
+                   PASS1_BLOCK: tl.constexpr = 0, EXACT_N: tl.constexpr = 0):
     """Programs stride over blocks of BLOCK_M rows (PROGRAMS_PER_SM, read by the op: 0 one
     program per block, k > 0 about k per SM); STAGES blocks' loads in flight (whole rows) or
-    column blocks' (looped rows). PASS1_BLOCK: looped rows' pass-1 chunk (0: BLOCK_N)."""
+    column blocks' (looped rows). PASS1_BLOCK: looped rows' pass-1 chunk (0: BLOCK_N).
+    EXACT_N 1: rows of exactly PASS1_BLOCK columns, compiled in (see the RMSNorm family's)."""
     if LOOP and PROGRAMS_PER_SM == 0:
         # Looped rows, one program per row: no block loop around them (see the RMSNorm
         # family's forward; H200: 16K-64K 1-2 points of copy faster with the single
         # reduction of pass 1)
         _fwd_block(tl.program_id(0), Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y,
-                   stride_x, eps, has_bias, BLOCK_M, BLOCK_N, LOOP, STAGES, PASS1_BLOCK)
+                   stride_x, eps, has_bias, BLOCK_M, BLOCK_N, LOOP, STAGES, PASS1_BLOCK,
+                   EXACT_N)
     else:
         for block in tl.range(tl.program_id(0), tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0),
                               num_stages=1 if LOOP else STAGES):
             _fwd_block(block, Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y, stride_x, eps,
-                       has_bias, BLOCK_M, BLOCK_N, LOOP, STAGES, PASS1_BLOCK)
+                       has_bias, BLOCK_M, BLOCK_N, LOOP, STAGES, PASS1_BLOCK, EXACT_N)
 
 
 @triton.jit

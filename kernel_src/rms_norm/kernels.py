@@ -144,11 +144,16 @@ def _looped_rows(x_row, r_row, s_row, y_row, W, row_mask, cols, n_cols, eps, off
 def _fwd_block(block, cols, Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, offset,
                S, R, stride_s, stride_r, has_residual, CASTING: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LOOP: tl.constexpr,
-               STAGES: tl.constexpr, PASS1_BLOCK: tl.constexpr):
+               STAGES: tl.constexpr, PASS1_BLOCK: tl.constexpr, EXACT_N: tl.constexpr):
     """The forward of row block `block` (BLOCK_M rows); cols = tl.arange(0, BLOCK_N)."""
     # block * BLOCK_M < n_rows fits int32; rows in int64 for the address arithmetic
     rows = tl.arange(0, BLOCK_M).to(tl.int64) + block * BLOCK_M
     row_mask = rows < n_rows
+    if EXACT_N:  # rows of exactly PASS1_BLOCK columns (kernel_src/spec.py, exact_length)
+        tl.static_assert(LOOP and PASS1_BLOCK > BLOCK_N)
+        n_cols = PASS1_BLOCK
+        if BLOCK_M == 1:  # a program's one row is always there
+            row_mask = tl.full([BLOCK_M], 1, tl.int1)
     x_row = X + rows[:, None] * stride_x
     y_row = Y + rows[:, None] * stride_y
     s_row = S + rows[:, None] * stride_s
@@ -184,11 +189,13 @@ def rms_norm_fwd(Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, offset,
                  S, R, stride_s, stride_r, has_residual,
                  CASTING: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  LOOP: tl.constexpr, STAGES: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr,
-                 PASS1_BLOCK: tl.constexpr = 0):
+                 PASS1_BLOCK: tl.constexpr = 0, EXACT_N: tl.constexpr = 0):
     """Programs stride over blocks of BLOCK_M rows. PROGRAMS_PER_SM is read by the op only:
     0 launches one program per block, k > 0 about k per SM (persistent), whose block loop
     keeps STAGES blocks' loads in flight. Looped rows pipeline their column loops instead;
-    PASS1_BLOCK is their pass 1's chunk (0: BLOCK_N; see _looped_rows)."""
+    PASS1_BLOCK is their pass 1's chunk (0: BLOCK_N; see _looped_rows). EXACT_N 1: rows of
+    exactly PASS1_BLOCK columns, that length compiled in (n_cols unread; see
+    kernel_src/spec.py, exact_length)."""
     # cols and n_blocks outside the block loop, as before it moved into _fwd_block: the
     # whole-row tiles of several rows keep their sm90 machine code that way
     cols = tl.arange(0, BLOCK_N)
@@ -199,14 +206,14 @@ def rms_norm_fwd(Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, offset,
         # the loop: without it the 1K and 8K forwards lost 2-3 points.
         _fwd_block(tl.program_id(0), cols, Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x,
                    eps, offset, S, R, stride_s, stride_r, has_residual, CASTING, BLOCK_M,
-                   BLOCK_N, LOOP, STAGES, PASS1_BLOCK)
+                   BLOCK_N, LOOP, STAGES, PASS1_BLOCK, EXACT_N)
     else:
         n_blocks = tl.cdiv(n_rows, BLOCK_M)
         for block in tl.range(tl.program_id(0), n_blocks, tl.num_programs(0),
                               num_stages=1 if LOOP else STAGES):
             _fwd_block(block, cols, Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps,
                        offset, S, R, stride_s, stride_r, has_residual, CASTING, BLOCK_M,
-                       BLOCK_N, LOOP, STAGES, PASS1_BLOCK)
+                       BLOCK_N, LOOP, STAGES, PASS1_BLOCK, EXACT_N)
 
 
 @triton.jit

@@ -1,6 +1,6 @@
 """Variant spec for RMSNorm (and the fused residual add + RMSNorm, which runs on the same
 kernels through runtime flags): see kernels.py for the math."""
-from ..spec import Config, KernelSpec, Param
+from ..spec import EXACT_KEY, Config, KernelSpec, Param
 
 CASTING_MODES = {"llama": 0, "gemma": 1, "none": 2}
 
@@ -98,8 +98,9 @@ FWD = KernelSpec(
             Param("has_residual", "i32")),
     options={"CASTING": (0, 1, 2)},
     configs=CONFIGS, rule=select_config,
-    # PASS1_BLOCK, looped rows' pass-1 chunk: 0 (BLOCK_N) but in tuned configs
-    constexpr_defaults={"PASS1_BLOCK": 0},
+    # PASS1_BLOCK, looped rows' pass-1 chunk: 0 (BLOCK_N) but in tuned configs; EXACT_KEY,
+    # the row length compiled in (kernel_src/spec.py): 0 but in tuned configs
+    constexpr_defaults={"PASS1_BLOCK": 0, EXACT_KEY: 0},
     staged=True,  # rms_norm_fwd_staged: plain forwards only, never the fused residual add
 )
 

@@ -123,8 +123,19 @@ def test_staged_norm_forwards(monkeypatch, name, bucket, hidden, dtype):
     monkeypatch.setattr(mod, "_grouped_fwd_devices", {})
     launches = _record_launches(monkeypatch, mod._fwd)
     assert mod._fwd.select_config(0, hidden, dtype=dtype) is _table_staged(name)[bucket]
+    _norm_forward_matches_float64(mod, hidden, dtype)
+    assert tuning.bucket_key(mod._fwd.spec, (hidden,)).startswith(f"n_cols={bucket}")
+    assert launches  # the staged kernel's op, not the grouped one
+
+
+def _norm_forward_matches_float64(mod, hidden, dtype, rows=300):
+    """The module's forward (RMSNorm in its three casting modes, LayerNorm with and without
+    bias) against float64."""
+    from liger_aot.ops import rms_norm as rms_mod
+    from liger_aot.ops import layer_norm as ln_mod
+
     limit = 2e-2 if dtype == torch.bfloat16 else 2e-3
-    rows, eps = 300, 1e-6
+    eps = 1e-6
     x = torch.randn(rows, hidden, device=DEV, dtype=dtype) * 2 + 0.5
     w = (torch.rand(hidden, device=DEV) + 0.5).to(dtype)
     b = torch.randn(hidden, device=DEV).to(dtype)
@@ -144,8 +155,51 @@ def test_staged_norm_forwards(monkeypatch, name, bucket, hidden, dtype):
             assert rel(mean, x64.mean(-1)) < 1e-5
             assert rel(rstd, torch.rsqrt(x64.var(-1, unbiased=False) + eps)) < 1e-5
             assert rel(y, y_ref) < limit, bias is None
-    assert tuning.bucket_key(mod._fwd.spec, (hidden,)).startswith(f"n_cols={bucket}")
-    assert launches  # the staged kernel's op, not the grouped one
+
+
+def _table_exact():
+    """(spec name, bucket, config) of the exact-length configs (EXACT_KEY) the sm90 table
+    chose for the norm forwards."""
+    from liger_aot.kernel_src import tuning
+    from liger_aot.kernel_src.spec import EXACT_KEY
+    from liger_aot.kernel_src.layer_norm import spec as ln_spec
+    from liger_aot.kernel_src.rms_norm import spec as rms_spec
+
+    return [(spec.name, int(key.split(",")[0].split("=")[1]), config)
+            for spec in (rms_spec.FWD, ln_spec.FWD)
+            for key, config in sorted(tuning.tuned_configs(spec, "sm90").items())
+            if config.constexprs.get(EXACT_KEY)]
+
+
+# each exact config at its own length, and its bucket's 5/8 length (the twin's)
+EXACT_CASES = [(name, bucket, n) for name, bucket, _ in _table_exact()
+               for n in (bucket, bucket * 5 // 8)]
+
+
+@pytest.mark.parametrize("name,bucket,hidden", EXACT_CASES,
+                         ids=[f"{name}-{n}" for name, _, n in EXACT_CASES])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_exact_length_norm_forwards(monkeypatch, name, bucket, hidden, dtype):
+    """The sm90 table's looped forwards with the row length compiled in (EXACT_KEY) through
+    the ops against float64, and their twins at another length of the bucket: the op runs
+    the exact config only at its length (kernel_src/tuning.py, select). 301 rows: two-row
+    programs end on a half block. The grouped forwards are switched off."""
+    from liger_aot.kernel_src.spec import EXACT_KEY, inexact_twin
+    from liger_aot.ops import layer_norm as ln_mod
+    from liger_aot.ops import rms_norm as rms_mod
+
+    mod = rms_mod if name == "rms_norm_fwd" else ln_mod
+    monkeypatch.setenv("LIGER_AOT_GROUPED_NORM_FWD", "0")
+    monkeypatch.setattr(mod, "_grouped_fwd_devices", {})
+    exact = next(c for n, b, c in _table_exact() if (n, b) == (name, bucket))
+    got = mod._fwd.select_config(0, hidden, dtype=dtype)
+    if hidden == bucket:
+        assert got is exact
+    else:
+        assert EXACT_KEY not in got.constexprs and got.tag == inexact_twin(exact).tag
+    launches = _record_launches(monkeypatch, mod._fwd)
+    _norm_forward_matches_float64(mod, hidden, dtype, rows=301)
+    assert launches
 
 
 GROUPED_FWD_CASES = [  # (rows, hidden, dtype, casting, offset, residual)

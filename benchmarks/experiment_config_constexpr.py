@@ -28,6 +28,9 @@ from build_tools import tune  # noqa: E402
 from kernel_src.tuning import tuned_configs  # noqa: E402
 
 
+NORMS = ("rms", "layer")  # the families whose tuned shapes are (rows, n[, flag])
+
+
 def overrides(text: str) -> dict:
     """"A=1,B=0" -> {"A": 1, "B": 0}."""
     values = {}
@@ -41,19 +44,25 @@ def overrides(text: str) -> dict:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--spec", required=True, choices=sorted(tune.CASES))
+    p.add_argument("--spec", required=True,
+                   choices=[n for n in sorted(tune.CASES) if n.split("_")[0] in NORMS])
     p.add_argument("--set", required=True, help="constexprs of the trial config, NAME=INT,...")
     p.add_argument("--ns", default="1024,2048,4096,8192,16384,32768,65536")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--bytes", type=int, default=4, help="bytes a column moved (floor)")
     args = p.parse_args()
     trial = overrides(args.set)
+    case = tune.CASES[args.spec]
+    plain = {s[1]: s for s in case.shapes if not tune._flag(s)}
+    ns = [int(n) for n in args.ns.split(",")]
+    for n in ns:
+        if n not in plain:
+            raise SystemExit(f"--ns {n}: {args.spec} tunes rows of {sorted(plain)} only")
     copy = copy_bandwidth()
     print(f"copy {copy / 1e12:.2f} TB/s; trial: {trial}")
-    case = tune.CASES[args.spec]
     table = tuned_configs(case.spec, "sm90")
-    for n in map(int, args.ns.split(",")):
-        shape = next(s for s in case.shapes if s[1] == n and not tune._flag(s))
+    for n in ns:
+        shape = plain[n]
         rows = 2**26 // n
         key = tune.tuning.bucket_key(case.spec, shape[1:])
         base = table.get(key) or case.spec.rule(*shape[1:])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
 # Data dtypes a spec can be compiled for; Triton's signature names.
@@ -105,9 +105,7 @@ def staged_twin(config: Config, dtype: str, align: str) -> Config:
     if not is_staged(config) or (align == "a16" and dtype in STAGED_DTYPES):
         return config
     constexprs = {k: v for k, v in config.constexprs.items() if k not in STAGED_KEYS}
-    constexprs["STAGES"] = 1
-    return Config(constexprs, num_warps=config.num_warps, num_stages=config.num_stages,
-                  maxnreg=config.maxnreg)
+    return replace(config, constexprs={**constexprs, "STAGES": 1})
 
 
 # Looped norm forwards whose pass 1 loads PASS1_BLOCK columns whole may also have the row
@@ -130,9 +128,8 @@ def exact_length(config: Config) -> int:
 
 def inexact_twin(config: Config) -> Config:
     """The config without EXACT_KEY (a new object; tuning.py keeps one per tag)."""
-    constexprs = {k: v for k, v in config.constexprs.items() if k != EXACT_KEY}
-    return Config(constexprs, num_warps=config.num_warps, num_stages=config.num_stages,
-                  maxnreg=config.maxnreg)
+    return replace(config, constexprs={k: v for k, v in config.constexprs.items()
+                                       if k != EXACT_KEY})
 
 
 @dataclass(frozen=True)

@@ -123,8 +123,12 @@ def _serving(spec: KernelSpec, config: Config, n_cols: int) -> Config:
     """config, or for rows of another length than one it compiles in (EXACT_KEY) its inexact
     twin."""
     if config.constexprs.get(EXACT_KEY) and n_cols != exact_length(config):
-        return _shared(spec, inexact_twin(config))
+        return _twin(spec, config)
     return config
+
+
+def _twin(spec: KernelSpec, config: Config) -> Config:
+    return _shared(spec, inexact_twin(config))
 
 
 # Bytes per element of the dtypes a table entry may be measured in.
@@ -163,7 +167,8 @@ def arch_configs(spec: KernelSpec, arch: str) -> tuple:
     tags = {c.tag for c in configs}
     for tuned in tuned_configs(spec, arch).values():
         # an exact-length config's twin serves the bucket's other lengths (see select)
-        for config in (tuned, _serving(spec, tuned, -1)):
+        exact = tuned.constexprs.get(EXACT_KEY)
+        for config in (tuned, _twin(spec, tuned)) if exact else (tuned,):
             if config.tag not in tags:
                 tags.add(config.tag)
                 configs.append(config)

@@ -165,20 +165,34 @@ def publish_pair(WORDS, index, low, high):
 
 
 @gluon.jit
-def collect_pairs(WORDS, first, count, MAX_COUNT: gl.constexpr):
-    """(lows, highs): the two fp32 values of WORDS[first + i] for i < count as [MAX_COUNT]
-    tensors (0.0 in the lanes past count), once all of them are published (publish_pair).
-    Every warp polls on its own, as in collect_words."""
+def read_pairs(WORDS, first, count, MAX_COUNT: gl.constexpr):
+    """collect_pairs' first read of WORDS[first + i], i < count, as (words, ptrs, live):
+    issued early, its L2 round trip overlaps the caller's work until finish_pairs (the
+    grouped LayerNorm backward)."""
     i = gl.arange(0, MAX_COUNT, gl.BlockedLayout([MAX_COUNT // 32], [32], [gl.num_warps()],
                                                  [0]))
     live = i < count
     ptrs = WORDS + first + i
-    words = gl.load(ptrs, mask=live, other=-1, volatile=True)
+    return gl.load(ptrs, mask=live, other=-1, volatile=True), ptrs, live
+
+
+@gluon.jit
+def finish_pairs(words, ptrs, live):
+    """collect_pairs from its first read (read_pairs): polls until every word is published."""
     while gl.min((words != 0).to(gl.int32), axis=0) == 0:
         words = gl.load(ptrs, mask=live, other=-1, volatile=True)
     low = (words.to(gl.uint32) ^ PAIR_MASK).to(gl.float32, bitcast=True)
     high = ((words >> 32).to(gl.uint32) ^ PAIR_MASK).to(gl.float32, bitcast=True)
     return gl.where(live, low, 0.0), gl.where(live, high, 0.0)
+
+
+@gluon.jit
+def collect_pairs(WORDS, first, count, MAX_COUNT: gl.constexpr):
+    """(lows, highs): the two fp32 values of WORDS[first + i] for i < count as [MAX_COUNT]
+    tensors (0.0 in the lanes past count), once all of them are published (publish_pair).
+    Every warp polls on its own, as in collect_words."""
+    words, ptrs, live = read_pairs(WORDS, first, count, MAX_COUNT)
+    return finish_pairs(words, ptrs, live)
 
 
 @gluon.jit

@@ -118,15 +118,16 @@ BWD_GROUPED = KernelSpec(
 
 # The grouped forward (kernels.py, layer_norm_fwd_grouped): the grouped backward's layout
 # for y. H200, bf16, 2^26 elements, CUDA graphs with the words' memset (benchmarks/
-# experiment_norm_fwd_grouped.py; docs/perf-notes.md, session 17): 9 an SM (a cap of 56
-# registers, no spills) 79% of copy at 16K-64K columns, against the library's 75 / 75 /
-# 69%; 8 an SM (64) and 10 (48, an 8-byte stack) 77-78%. Since session 18 the looped
-# forward's whole-row pass 1 (PASS1_BLOCK, tuned) reads whole buckets of 16K at 85.6% and
-# 32K at 80.6% against the grouped 79.0 and 78.6 (64K 69.7 against 78.6): rows of
+# experiment_norm_fwd_grouped.py; docs/perf-notes.md, sessions 17 and 22): 2-warp programs,
+# 32 elements a thread, 10 an SM (a cap of 96 registers, 91 used, no spills) 83.5-84.2% of
+# copy at 20K-64K columns, against 78.4-79.0% for 4-warp ones 9 an SM (56) and 82% for
+# 4096-column slices on 4 warps 5 an SM (96); 9 (112) 82%, 11 (88) 67%, 1-warp programs 16
+# an SM 51%. The looped forward's exact whole-row pass 1 (PASS1_BLOCK, tuned; session 21)
+# reads whole buckets of 16K at 88.9% and 32K at 86.4-86.8% (64K 73.6), so rows of
 # GROUPED_FWD_LOOPED_COLS stay looped, those between them grouped (session 17 at 20K: the
-# looped 55%, the grouped 79%).
-GROUPED_FWD_CONFIG = Config({"BLOCK_N": GROUPED_BLOCK_N, "SLOTS": 3, "PROGRAMS_PER_SM": 9},
-                            num_warps=4, maxnreg=56)
+# looped 55%).
+GROUPED_FWD_CONFIG = Config({"BLOCK_N": GROUPED_BLOCK_N, "SLOTS": 3, "PROGRAMS_PER_SM": 10},
+                            num_warps=2, maxnreg=96)
 GROUPED_FWD_MIN_COLS = GROUPED_MIN_COLS
 GROUPED_FWD_LOOPED_COLS = (16384, 32768)
 

@@ -6,6 +6,21 @@ import os
 import torch
 
 
+def extra_constexprs(fields, item):
+    """A config's trailing NAME=INT fields: more constexprs of the kernel (trials)."""
+    extra = {}
+    for field in fields:
+        name, eq, value = field.partition("=")
+        if not eq or not value.lstrip("-").isdigit():
+            raise SystemExit(f"config {item!r}: {field!r} is not NAME=INT")
+        extra[name] = int(value)
+    return extra
+
+
+# constexprs every config names, left out of the printed NAME=INT tail
+EXTRA_SKIP = ("BLOCK_N", "SLOTS", "PROGRAMS_PER_SM", "HAS_RESIDUAL", "HAS_DRES", "W_SHARED")
+
+
 def copy_bandwidth() -> float:
     """Device-to-device copy of 2 GiB on the current GPU: bytes read + written per second."""
     from triton.testing import do_bench

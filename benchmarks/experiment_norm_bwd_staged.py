@@ -62,6 +62,7 @@ from kernel_src.rms_norm import spec as rms_spec  # noqa: E402
 from kernel_src.rms_norm.kernels import rms_norm_bwd_grouped  # noqa: E402
 from kernel_src.spec import Config, grouped_grid  # noqa: E402
 from _sm90 import compile_sm90, programs_fit  # noqa: E402  (tests/: sm90 ptxas, residency)
+from _gpu import EXTRA_SKIP, extra_constexprs  # noqa: E402
 
 # op -> (spec module, kernel, the library's config for it)
 OPS = {"rms_norm": (rms_spec, rms_norm_bwd_grouped, rms_spec.GROUPED_CONFIG),
@@ -77,8 +78,11 @@ CONFIGS = {"rms_norm": "2048,3,4,7,72;2048,3,4,6,80",
 def parse_configs(text, op):
     out = []
     for item in text.split(";"):
-        fields = list(map(int, item.split(",")))
-        if len(fields) != (6 if op == "layer_norm" else 5):
+        words = item.split(",")
+        n_fields = 6 if op == "layer_norm" else 5
+        extra = extra_constexprs(words[n_fields:], item)
+        fields = list(map(int, words[:n_fields]))
+        if len(fields) != n_fields:
             raise SystemExit(f"config {item!r}: BLOCK_N,SLOTS,warps,per_sm,maxnreg"
                              + (",W_SHARED" if op == "layer_norm" else ""))
         block_n, slots, warps, per_sm, maxnreg = fields[:5]
@@ -87,6 +91,7 @@ def parse_configs(text, op):
             constexprs["W_SHARED"] = fields[5]
         else:
             constexprs["HAS_DRES"] = int(op == "fused_add")
+        constexprs.update(extra)
         out.append(Config(constexprs, num_warps=warps, maxnreg=maxnreg))
     return out
 
@@ -94,7 +99,8 @@ def parse_configs(text, op):
 def tag(c):
     k = c.constexprs
     return (f"{k['BLOCK_N']},{k['SLOTS']},{c.num_warps},{k['PROGRAMS_PER_SM']},{c.maxnreg}"
-            + (f",{k['W_SHARED']}" if "W_SHARED" in k else ""))
+            + (f",{k['W_SHARED']}" if "W_SHARED" in k else "")
+            + "".join(f",{n}={v}" for n, v in k.items() if n not in EXTRA_SKIP))
 
 
 def options_of(op):
@@ -115,8 +121,9 @@ def main():
     parser.add_argument("--cols", type=int, nargs="+", default=[16384, 32768, 65536])
     parser.add_argument("--elements", type=int, default=1 << 26, help="rows x cols a shape")
     parser.add_argument("--configs",
-                        help="'BLOCK_N,SLOTS,warps,per_sm,maxnreg[,W_SHARED];...' (W_SHARED: "
-                             "layer_norm only; default: neighbours of the library's config)")
+                        help="'BLOCK_N,SLOTS,warps,per_sm,maxnreg[,W_SHARED][,NAME=INT...];...' "
+                             "(W_SHARED: layer_norm only; NAME=INT: more of the kernel's "
+                             "constexprs; default: neighbours of the library's config)")
     parser.add_argument("--op", choices=sorted(OPS), default="rms_norm")
     parser.add_argument("--compile-only", action="store_true",
                         help="sm90 ptxas only (no GPU): registers, stack, shared memory")

@@ -19,7 +19,7 @@ them as rms_norm_fwd_grouped and layer_norm_fwd_grouped for the lengths where th
 ahead, so with the defaults its "library" row is the grouped kernel there too:
 LIGER_AOT_GROUPED_NORM_FWD=0 times the other forwards.
 
-Configs BLOCK_N,SLOTS,warps,per_sm,maxnreg. Prints ms and % of copy (4 bytes a column; 8 for
+Configs BLOCK_N,SLOTS,warps,per_sm,maxnreg[,NAME=INT...] (more of the kernel's constexprs). Prints ms and % of copy (4 bytes a column; 8 for
 the fused add: x and r read, y and s written) for the library's forward as shipped (the AOT
 build where LIGER_AOT_ARTIFACT_DIR names one) and for the grouped kernel (JIT) on each
 config, each a CUDA-graph replay of the whole forward (outputs allocated, the words zeroed,
@@ -42,6 +42,7 @@ from kernel_src.layer_norm import spec as ln_spec  # noqa: E402
 from kernel_src.rms_norm import spec as rms_spec  # noqa: E402
 from kernel_src.spec import Config, grouped_grid  # noqa: E402
 from _sm90 import compile_sm90, programs_fit  # noqa: E402  (tests/: sm90 ptxas, residency)
+from _gpu import EXTRA_SKIP, extra_constexprs  # noqa: E402
 
 OPS = {"rms_norm": rms_spec.FWD_GROUPED, "fused_add": rms_spec.FWD_GROUPED,
        "layer_norm": ln_spec.FWD_GROUPED}
@@ -54,17 +55,20 @@ CONFIGS = {"rms_norm": "2048,3,4,8,64;2048,4,4,8,64;2048,3,4,10,48;2048,4,4,10,4
 def parse_configs(text, op):
     out = []
     for item in text.split(";"):
-        block_n, slots, warps, per_sm, maxnreg = map(int, item.split(","))
+        fields = item.split(",")
+        block_n, slots, warps, per_sm, maxnreg = map(int, fields[:5])
         constexprs = {"BLOCK_N": block_n, "SLOTS": slots, "PROGRAMS_PER_SM": per_sm}
         if op != "layer_norm":
             constexprs["HAS_RESIDUAL"] = int(op == "fused_add")
+        constexprs.update(extra_constexprs(fields[5:], item))
         out.append(Config(constexprs, num_warps=warps, maxnreg=maxnreg))
     return out
 
 
 def tag(c):
     k = c.constexprs
-    return f"{k['BLOCK_N']},{k['SLOTS']},{c.num_warps},{k['PROGRAMS_PER_SM']},{c.maxnreg}"
+    extra = "".join(f",{n}={v}" for n, v in k.items() if n not in EXTRA_SKIP)
+    return f"{k['BLOCK_N']},{k['SLOTS']},{c.num_warps},{k['PROGRAMS_PER_SM']},{c.maxnreg}{extra}"
 
 
 def options_of(op):

@@ -364,3 +364,22 @@ def test_experiment_ce_staged_arguments():
                           env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "stack 0 B" in done.stdout and "10 an SM fit" in done.stdout, done.stdout
+
+
+def test_experiment_norm_grouped_config_fields():
+    """The grouped experiments' configs take trailing NAME=INT fields (more constexprs of the
+    kernel) and refuse any other trailing field by name; --compile-only reports a plain config
+    (sm90 ptxas here)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    for name, config in (("experiment_norm_fwd_grouped.py", "2048,3,2,10,96"),
+                         ("experiment_norm_bwd_staged.py", "2048,3,4,6,80,1")):
+        script = os.path.join(ROOT, "benchmarks", name)
+        bad = subprocess.run([sys.executable, script, "--op", "layer_norm", "--compile-only",
+                              "--configs", config + ",EARLY"], capture_output=True, text=True,
+                             timeout=600, env=env)
+        assert bad.returncode == 1 and "'EARLY' is not NAME=INT" in bad.stderr, bad.stderr[-2000:]
+        done = subprocess.run([sys.executable, script, "--op", "layer_norm", "--compile-only",
+                               "--configs", config], capture_output=True, text=True,
+                              timeout=600, env=env)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert f"{config}: regs" in done.stdout and "fits" in done.stdout, done.stdout

@@ -108,11 +108,14 @@ REDUCE_ROWS = KernelSpec(
 # and half the instructions a chunk, 4 warps, 10 an SM, 8 KB slices (8 x 1024 columns), 48
 # registers (ptxas's cap, or it takes more): 8192 x 128256 in 1.08-1.09 ms (session 18's 11
 # slots, 9 an SM: 1.18; cross_entropy_fwd 1.55), 8192 x 256000 in 2.18 (2.40); 9 and 12 an
-# SM within 0.5%, 6 an SM with two slices of ring 8% slower. One config: the grid's
-# programs must all be resident (see kernels.py), which this one is on sm90 (10 x 17 KB of
-# 228 KB, 10 x 128 x 48 of 64K registers).
-STAGED_CONFIG = Config({"BLOCK_N": 1024, "CHUNKS": 8, "SLOTS": 8, "PROGRAMS_PER_SM": 10},
-                       num_warps=4, maxnreg=48)
+# SM within 0.5%, 6 an SM with two slices of ring 8% slower. Session 22 (after the grouped
+# norms gained on 2-warp programs): 2 warps, 12 an SM, 64 registers, 8192 x 128256 in
+# 1.070-1.074 ms against 1.085-1.090 for 4 warps 10 an SM in the same process (8192 x 256000
+# level, 2.165-2.172 against 2.167-2.172; 13 an SM at 72 level with 4 warps). One config: the
+# grid's programs must all be resident (see kernels.py), which this one is on sm90 (12 x 17
+# KB of 228 KB, 12 x 64 x 64 of 64K registers).
+STAGED_CONFIG = Config({"BLOCK_N": 1024, "CHUNKS": 8, "SLOTS": 8, "PROGRAMS_PER_SM": 12},
+                       num_warps=2, maxnreg=64)
 STAGED_SLICE = STAGED_CONFIG.constexprs["CHUNKS"] * STAGED_CONFIG.constexprs["BLOCK_N"]
 MAX_STAGED_SPLIT = 32  # programs a row: up to 262144 columns
 # Row lengths that take the staged kernel (the op also needs sm90, 2-byte data in the aligned

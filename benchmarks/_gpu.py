@@ -5,6 +5,9 @@ import os
 
 import torch
 
+# the CUDA-graph timing the suite (--graphs) and `liger-aot tune --graphs-top` share
+from liger_aot.build_tools.tune import capture_graph, graph_ms  # noqa: F401
+
 
 def extra_constexprs(fields, item):
     """A config's trailing NAME=INT fields: more constexprs of the kernel (trials)."""
@@ -28,29 +31,6 @@ def copy_bandwidth() -> float:
     x = torch.empty(2 * 1024**3, dtype=torch.uint8, device="cuda")
     y = torch.empty_like(x)
     return 2 * x.numel() / (do_bench(lambda: y.copy_(x), return_mode="median") * 1e-3)
-
-
-def capture_graph(fn) -> "torch.cuda.CUDAGraph":
-    """A CUDA graph of one call of fn, captured after three warm-up calls on a side stream
-    (so that the caching allocator and lazy initializations have settled)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph
-
-
-def graph_ms(fn) -> float:
-    """Median ms of CUDA-graph replays of fn (do_bench, 25 / 200 ms: the tuner's and the
-    suite's procedure), the graph captured as capture_graph does."""
-    from triton.testing import do_bench
-
-    return do_bench(capture_graph(fn).replay, warmup=25, rep=200, return_mode="median")
 
 
 def checked_timing(fn, err, time_fn, before=None, limit=2e-2) -> tuple:

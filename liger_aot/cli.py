@@ -146,6 +146,17 @@ def cmd_verify(args) -> int:
     return 1 if problems else 0
 
 
+def _count(text: str) -> int:
+    """argparse type of a count >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"takes a count >= 0, got {text!r}")
+    return value
+
+
 def cmd_tune(args) -> int:
     from liger_aot.build_tools import aot, tune
 
@@ -153,7 +164,7 @@ def cmd_tune(args) -> int:
     if len(archs) != 1:
         raise ValueError("tune one arch at a time, on a GPU of that arch")
     return tune.run(archs[0], specs=args.specs, out=args.out, dry_run=args.dry_run,
-                    cols=args.cols)
+                    cols=args.cols, graphs_top=args.graphs_top)
 
 
 def main(argv=None) -> int:
@@ -207,7 +218,9 @@ and is checked against a torch reference (wrong or failing ones are dropped), th
 (triton.testing.do_bench median, bf16). The heuristic config stays unless the best is more
 than 2% faster. The norms are also timed at the benchmark suite's row counts where those are
 larger (65536 x 1024, 32768 x 2048) and scored by their mean time relative to each shape's
-fastest. Entries of other specs in an existing table are kept. On an H200 a spec took 5 s
+fastest. With --graphs-top K the heuristic and the K best are timed again from CUDA-graph
+replays (the benchmark suite's --graphs measure) and chosen among on those times, by the
+same 2% rule. Entries of other specs in an existing table are kept. On an H200 a spec took 5 s
 (softmax) to 150 s (rms_norm_bwd), every spec about 6 minutes. Commit the table, then
 rebuild the arch.
 
@@ -215,6 +228,8 @@ rebuild the arch.
   liger-aot tune --arch sm90 --specs rms_norm_fwd  # one spec, merged into the table
   liger-aot tune --arch sm90 --specs rms_norm_bwd --cols 32768,65536
                                                    # two buckets, merged into the spec's
+  liger-aot tune --arch sm90 --specs layer_norm_fwd --cols 1024,2048 --graphs-top 4
+                                                   # chosen on graph replays
   liger-aot tune --arch sm90 --dry-run             # the plan (needs no GPU)""")
     p.add_argument("--arch", required=True, help=f"the arch of this GPU: one of {archs}")
     p.add_argument("--specs", help="comma-separated spec names (default: every tunable spec; "
@@ -223,6 +238,10 @@ rebuild the arch.
                                  "kernel_src/tuned/<arch>.json of this liger_aot)")
     p.add_argument("--cols", help="comma-separated row lengths: tune only the buckets of these "
                                   "(e.g. 32768,65536); the specs' other entries are kept")
+    p.add_argument("--graphs-top", type=_count, default=0, metavar="K",
+                   help="time the heuristic and the K best configs of each bucket again from "
+                        "CUDA-graph replays and choose among them on those times (default 0: "
+                        "do_bench alone)")
     p.add_argument("--dry-run", action="store_true",
                    help="print the specs, shapes and candidate counts; measure and write nothing")
     p.set_defaults(func=cmd_tune)

@@ -492,6 +492,14 @@ def test_tune_bad_arguments(argv, match, capsys):
     assert match in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("value", ["-1", "four"])
+def test_tune_graphs_top_takes_a_count(value, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli_main(["tune", "--arch", "sm90", "--graphs-top", value, "--dry-run"])
+    assert info.value.code == 2
+    assert f"--graphs-top: takes a count >= 0, got '{value}'" in capsys.readouterr().err
+
+
 def test_tune_dry_run_and_help(capsys):
     assert cli_main(["tune", "--arch", "sm90", "--dry-run", "--specs", "softmax_fwd"]) == 0
     out = capsys.readouterr().out
@@ -501,7 +509,8 @@ def test_tune_dry_run_and_help(capsys):
         cli_main(["tune", "--help"])
     assert info.value.code == 0
     out = capsys.readouterr().out
-    for words in ("--dry-run", "--specs", "--out", "torch reference", "2% faster", "H200"):
+    for words in ("--dry-run", "--specs", "--out", "torch reference", "2% faster", "H200",
+                  "--graphs-top", "CUDA-graph replays"):
         assert words in out, words
 
 
@@ -692,3 +701,40 @@ def test_every_candidate_computes_the_reference():
                 for key, r in buckets.items() if r["rejected"]}
     assert not rejected
     assert sum(len(b) for b in specs.values()) == sum(map(len, WIDER.values()))
+
+
+def test_tune_refines_the_best_on_a_second_timer():
+    """refine_top: the heuristic and the best candidates by the first timer are timed again
+    with the refine timer, and the choice (2% rule included) is made on those times; the
+    record keeps both timers' figures."""
+    case = tune.CASES["rms_norm_bwd"]
+    heuristic, *others = tune.candidates_of(case, (8, 64, False))
+    a, b, c = others[:3]
+    first = {heuristic.tag: 1.0, a.tag: 0.5, b.tag: 0.6, c.tag: 0.9}
+    second = {heuristic.tag: 1.0, a.tag: 0.8, b.tag: 0.7, c.tag: 0.1}  # c is not in the top 2
+    refined_tags = []
+
+    def refine_timer(run, config):
+        run()
+        refined_tags.append(config.tag)
+        return second[config.tag]
+
+    cases = {"rms_norm_bwd": dataclasses.replace(
+        case, shapes=((8, 64, False),), also_rows=None,
+        candidates=lambda bucket, flag=False: [a, b, c])}
+    specs, problems = tune.tune("sm90", cases, device="cpu", log=lambda *x: None,
+                                timer=lambda run, config: (run(), first[config.tag])[1],
+                                refine_top=2, refine_timer=refine_timer)
+    assert problems == [] and refined_tags == [heuristic.tag, a.tag, b.tag]
+    record = specs["rms_norm_bwd"]["n_cols=64,dres=False"]
+    # first timer's best a (0.5); on the refine timer b (0.7) beats a (0.8) by more than 2%
+    assert record["best"]["tag"] == a.tag and tune._tag(record["config"]) == b.tag
+    assert record["ms"] == 0.6  # the first timer's figure of the chosen config
+    assert record["refined"] == {"timer": "refine_timer", "ms": 0.7, "configs": [
+        {"tag": b.tag, "ms": 0.7}, {"tag": a.tag, "ms": 0.8}, {"tag": heuristic.tag, "ms": 1.0}]}
+    # within 2% on the refine timer, the heuristic stays
+    second.update({b.tag: 0.99, a.tag: 0.995})
+    specs, _ = tune.tune("sm90", cases, device="cpu", log=lambda *x: None,
+                         timer=lambda run, config: (run(), first[config.tag])[1],
+                         refine_top=2, refine_timer=refine_timer)
+    assert tune._tag(specs["rms_norm_bwd"]["n_cols=64,dres=False"]["config"]) == heuristic.tag

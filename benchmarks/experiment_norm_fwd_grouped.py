@@ -19,12 +19,13 @@ them as rms_norm_fwd_grouped and layer_norm_fwd_grouped for the lengths where th
 ahead, so with the defaults its "library" row is the grouped kernel there too:
 LIGER_AOT_GROUPED_NORM_FWD=0 times the other forwards.
 
-Configs BLOCK_N,SLOTS,warps,per_sm,maxnreg[,NAME=INT...] (more of the kernel's constexprs). Prints ms and % of copy (4 bytes a column; 8 for
-the fused add: x and r read, y and s written) for the library's forward as shipped (the AOT
-build where LIGER_AOT_ARTIFACT_DIR names one) and for the grouped kernel (JIT) on each
-config, each a CUDA-graph replay of the whole forward (outputs allocated, the words zeroed,
-the kernel), checked first against an fp32 torch reference. Needs a CUDA GPU
-(--compile-only: sm90 ptxas here, registers, stack and shared memory of each config).
+Configs BLOCK_N,SLOTS,warps,per_sm,maxnreg[,NAME=INT...] (NAME=INT: more of the kernel's
+constexprs, for trials). Prints ms and % of copy (4 bytes a column; 8 for the fused add: x and
+r read, y and s written) for the library's forward as shipped (the AOT build where
+LIGER_AOT_ARTIFACT_DIR names one) and for the grouped kernel (JIT) on each config, each a
+CUDA-graph replay of the whole forward (outputs allocated, the words zeroed, the kernel),
+checked first against an fp32 torch reference. Needs a CUDA GPU (--compile-only: sm90 ptxas
+here, registers, stack and shared memory of each config).
 
   python benchmarks/experiment_norm_fwd_grouped.py [--op rms_norm|fused_add|layer_norm]
       [--cols 16384 32768 65536] [--configs ...]

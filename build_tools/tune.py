@@ -650,8 +650,9 @@ def measure(case: Case, shape: tuple, configs: list, device, timer, dtype) -> li
 def _scores(times: dict) -> dict:
     """{config index: mean over the shapes of its time relative to the fastest there} (1.0 =
     the fastest at every shape) of times {index: [ms at each shape]}."""
-    fastest = [min(ms[k] for ms in times.values()) for k in range(len(next(iter(times.values()))))]
-    return {j: sum(t / f for t, f in zip(ms, fastest)) / len(fastest) for j, ms in times.items()}
+    shapes = len(next(iter(times.values())))
+    fastest = [min(ms[k] for ms in times.values()) for k in range(shapes)]
+    return {j: sum(t / f for t, f in zip(ms, fastest)) / shapes for j, ms in times.items()}
 
 
 def _refine(case, shapes, configs, score, device, timer, dtype, top) -> dict | None:

@@ -176,8 +176,8 @@ BWD_GROUPED = KernelSpec(
 # the grouped 85.9 / 85.5 / 85.6), so plain RMSNorm rows go grouped only over 32K. Session
 # 22, Llama casting: 2-warp programs 16 an SM (64 registers) 86.7-87.5% at 40K and 64K and
 # 14 an SM (72) 87.1-87.2%, against 85.7-86.0% for 4-warp ones 10 an SM (48); both spill
-# with Gemma casting (64 and 24 bytes), so 12 an SM (80, no spills in any mode). The fused
-# add's 4-warp config stays (2 warps: 88.6-90.3% against 90.7-91.4%).
+# with Gemma casting (64 and 24 bytes), so 12 an SM (80, no spills in any mode; 86.8-87.1%).
+# The fused add's 4-warp config stays (2 warps: 88.6-90.3% against 90.7-91.4%).
 GROUPED_FWD_CONFIG = Config({"BLOCK_N": GROUPED_BLOCK_N, "SLOTS": 3, "PROGRAMS_PER_SM": 12,
                              "HAS_RESIDUAL": 0}, num_warps=2, maxnreg=80)
 GROUPED_FWD_RES_CONFIG = Config({"BLOCK_N": GROUPED_BLOCK_N, "SLOTS": 3, "PROGRAMS_PER_SM": 6,

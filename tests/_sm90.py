@@ -41,6 +41,10 @@ print(json.dumps({"shared": kernel.metadata.shared, "ptx": kernel.asm["ptx"],
 SM90_SHARED_PER_BLOCK = 232448  # bytes: 227 KB a block
 SM90_SHARED_PER_SM = 233472  # 228 KB an SM, of which each resident block reserves 1 KB
 SM90_REGISTERS = 65536
+SM90_SCHEDULERS = 4  # warp schedulers an SM, each holding its warps in a quarter of the file
+SM90_REGISTER_UNIT = 256  # registers a warp's allocation is rounded up to
+SM90_WARPS = 64  # resident warps an SM
+SM90_BLOCKS = 32  # resident blocks an SM
 
 
 def compile_sm90(spec, options, config) -> dict:
@@ -53,9 +57,17 @@ def compile_sm90(spec, options, config) -> dict:
 
 
 def programs_fit(kernel: dict, config, programs_per_sm: int) -> bool:
-    """Whether `programs_per_sm` programs of a compile_sm90 result fit an SM at once: its
-    registers (config.num_warps warps each) and shared memory (1 KB reserved a block)."""
-    return (kernel["regs"] * 32 * config.num_warps * programs_per_sm <= SM90_REGISTERS
+    """Whether `programs_per_sm` programs of a compile_sm90 result fit an SM at once: their
+    warps (config.num_warps each) in the registers, where a warp takes its registers x 32
+    rounded up to SM90_REGISTER_UNIT and each scheduler holds whole warps in its quarter of
+    the file, and their shared memory (1 KB reserved a block). The quarters matter: on an
+    H200, 2-warp programs of 84 registers fit 10 an SM, not the 11 that the whole file's
+    count allows (Nsight Compute's block limit; 11 an SM ran 30% slower, its last programs
+    waiting for others to finish; docs/perf-notes.md, session 22)."""
+    per_warp = -(-kernel["regs"] * 32 // SM90_REGISTER_UNIT) * SM90_REGISTER_UNIT
+    warps = SM90_SCHEDULERS * (SM90_REGISTERS // SM90_SCHEDULERS // per_warp)
+    return (config.num_warps * programs_per_sm <= min(warps, SM90_WARPS)
+            and programs_per_sm <= SM90_BLOCKS
             and (kernel["shared"] + 1024) * programs_per_sm <= SM90_SHARED_PER_SM)
 
 

@@ -12,11 +12,11 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest
 import torch
 
-from _sm90 import assert_resident, compile_sm90, entry_params
+from _sm90 import assert_resident, compile_sm90, entry_params, programs_fit
 from liger_aot.kernel_src import is_gluon, triton_function
 from liger_aot.kernel_src.layer_norm import spec as ln_spec
 from liger_aot.kernel_src.rms_norm import spec
-from liger_aot.kernel_src.spec import grouped_grid
+from liger_aot.kernel_src.spec import Config, grouped_grid
 from liger_aot.ops import layer_norm as ln_mod
 from liger_aot.ops import rms_norm as rms_mod
 
@@ -71,6 +71,16 @@ def test_compiles_for_sm90_within_its_grid(kernel_spec, config, options, tickets
     assert ptx.count(".acq_rel") == tickets and "membar" not in ptx
     assert tickets or "fence" not in ptx
     assert entry_params(ptx) == len(kernel_spec.type_string)
+
+
+# (registers a thread, warps a program, programs an SM): Nsight Compute's register block
+# limit on an H200 (session 22, docs/results/2026-12-02-ncu-grouped-forwards-session22-h200.
+# txt) is the most that fit; one more does not
+@pytest.mark.parametrize("regs,warps,limit", [(91, 2, 10), (84, 2, 10), (55, 4, 9), (64, 2, 16)])
+def test_residency_rule_matches_the_h200s_block_limits(regs, warps, limit):
+    config = Config({}, num_warps=warps)
+    kernel = {"regs": regs, "shared": 12304}
+    assert programs_fit(kernel, config, limit) and not programs_fit(kernel, config, limit + 1)
 
 
 @pytest.mark.parametrize("config", [spec.GROUPED_CONFIG, spec.GROUPED_DRES_CONFIG,

@@ -21,7 +21,12 @@ def extra_constexprs(fields, item):
 
 
 # constexprs every config names, left out of the printed NAME=INT tail
-EXTRA_SKIP = ("BLOCK_N", "SLOTS", "PROGRAMS_PER_SM", "HAS_RESIDUAL", "HAS_DRES", "W_SHARED")
+_NAMED = ("BLOCK_N", "SLOTS", "PROGRAMS_PER_SM", "HAS_RESIDUAL", "HAS_DRES", "W_SHARED")
+
+
+def extra_tag(constexprs) -> str:
+    """The ",NAME=INT..." tail of a config's printed tag: what extra_constexprs added."""
+    return "".join(f",{n}={v}" for n, v in constexprs.items() if n not in _NAMED)
 
 
 def copy_bandwidth() -> float:

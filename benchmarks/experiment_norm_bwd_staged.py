@@ -62,7 +62,7 @@ from kernel_src.rms_norm import spec as rms_spec  # noqa: E402
 from kernel_src.rms_norm.kernels import rms_norm_bwd_grouped  # noqa: E402
 from kernel_src.spec import Config, grouped_grid  # noqa: E402
 from _sm90 import compile_sm90, programs_fit  # noqa: E402  (tests/: sm90 ptxas, residency)
-from _gpu import EXTRA_SKIP, extra_constexprs  # noqa: E402
+from _gpu import extra_constexprs, extra_tag  # noqa: E402
 
 # op -> (spec module, kernel, the library's config for it)
 OPS = {"rms_norm": (rms_spec, rms_norm_bwd_grouped, rms_spec.GROUPED_CONFIG),
@@ -100,7 +100,7 @@ def tag(c):
     k = c.constexprs
     return (f"{k['BLOCK_N']},{k['SLOTS']},{c.num_warps},{k['PROGRAMS_PER_SM']},{c.maxnreg}"
             + (f",{k['W_SHARED']}" if "W_SHARED" in k else "")
-            + "".join(f",{n}={v}" for n, v in k.items() if n not in EXTRA_SKIP))
+            + extra_tag(k))
 
 
 def options_of(op):

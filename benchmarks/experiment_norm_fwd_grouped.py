@@ -43,7 +43,7 @@ from kernel_src.layer_norm import spec as ln_spec  # noqa: E402
 from kernel_src.rms_norm import spec as rms_spec  # noqa: E402
 from kernel_src.spec import Config, grouped_grid  # noqa: E402
 from _sm90 import compile_sm90, programs_fit  # noqa: E402  (tests/: sm90 ptxas, residency)
-from _gpu import EXTRA_SKIP, extra_constexprs  # noqa: E402
+from _gpu import extra_constexprs, extra_tag  # noqa: E402
 
 OPS = {"rms_norm": rms_spec.FWD_GROUPED, "fused_add": rms_spec.FWD_GROUPED,
        "layer_norm": ln_spec.FWD_GROUPED}
@@ -68,8 +68,8 @@ def parse_configs(text, op):
 
 def tag(c):
     k = c.constexprs
-    extra = "".join(f",{n}={v}" for n, v in k.items() if n not in EXTRA_SKIP)
-    return f"{k['BLOCK_N']},{k['SLOTS']},{c.num_warps},{k['PROGRAMS_PER_SM']},{c.maxnreg}{extra}"
+    return (f"{k['BLOCK_N']},{k['SLOTS']},{c.num_warps},{k['PROGRAMS_PER_SM']},{c.maxnreg}"
+            + extra_tag(k))
 
 
 def options_of(op):

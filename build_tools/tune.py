@@ -786,15 +786,19 @@ def format_results(specs: dict) -> str:
                      for row in rows)
 
 
-def write_table(path: str, arch: str, specs: dict, about: dict, whole_specs: bool = True):
+def write_table(path: str, arch: str, specs: dict, about: dict, whole_specs: bool = True,
+                base: str | None = None):
     """Write the table at `path` (atomically) with the tuned specs' entries replaced (with
     whole_specs False, only the tuned buckets' entries: a partial tune); other specs'
-    entries of an existing table for `arch` are kept."""
+    entries of an existing table for `arch` are kept: the one at `path`, or where there is
+    none, the one at `base` (the arch's committed table), so that a tune written to a new
+    file is a whole table, not just what this run measured."""
     from liger_aot.build_tools.aot import atomic_write
 
     table = {"format": tuning.TABLE_FORMAT, "arch": arch, "specs": {}}
+    start = path if os.path.exists(path) or base is None else base
     try:
-        with open(path, "rb") as f:
+        with open(start, "rb") as f:
             old = json.loads(f.read())
         if old.get("format") == tuning.TABLE_FORMAT and old.get("arch") == arch:
             table["specs"].update(old.get("specs", {}))
@@ -868,7 +872,7 @@ def run(arch: str, specs: str | None = None, out: str | None = None, dry_run: bo
                              refine_top=graphs_top)
     write_table(out, arch, results, {"device": description, "triton_version": triton.__version__,
                                      "torch_version": torch.__version__.split("+")[0]},
-                whole_specs=not cols)
+                whole_specs=not cols, base=tuning.table_path(arch))
     log(format_results(results))
     log(f"wrote {os.path.realpath(out)} ({sum(map(len, results.values()))} buckets of "
         f"{len(results)} spec(s)) in {time.perf_counter() - started:.0f}s; `liger-aot build "

@@ -235,7 +235,9 @@ rebuild the arch.
     p.add_argument("--specs", help="comma-separated spec names (default: every tunable spec; "
                                    "--dry-run lists them)")
     p.add_argument("--out", help="table to write, atomically (default: "
-                                 "kernel_src/tuned/<arch>.json of this liger_aot)")
+                                 "kernel_src/tuned/<arch>.json of this liger_aot); what this "
+                                 "run does not tune is kept from the table there, or, for a "
+                                 "new file, from the default table")
     p.add_argument("--cols", help="comma-separated row lengths: tune only the buckets of these "
                                   "(e.g. 32768,65536); the specs' other entries are kept")
     p.add_argument("--graphs-top", type=_count, default=0, metavar="K",

@@ -548,6 +548,30 @@ def test_partial_tune_keeps_the_other_buckets(tables):
     assert json.loads(path.read_bytes())["specs"]["rms_norm_bwd"] == new["rms_norm_bwd"]
 
 
+def test_partial_tune_to_a_new_file_is_a_whole_table(tables, tmp_path, monkeypatch):
+    """`liger-aot tune --cols ... --out NEW` (the README's GPU-machine recipe, then a copy
+    over the committed table): the new file holds the committed table's other buckets and
+    specs too, not only what the run measured (a session-23 run lost every 8K-64K norm
+    entry that way)."""
+    committed = Path(tuning.table_path("sm90"))
+    old = {"rms_norm_fwd": {"n_cols=1024,residual=False": {"config": {"a": 1}},
+                            "n_cols=65536,residual=False": {"config": {"a": 2}}},
+           "swiglu_bwd": {"n_cols=8192": {"config": {"a": 3}}}}
+    tune.write_table(str(committed), "sm90", old, {})
+    measured = {"rms_norm_fwd": {"n_cols=1024,residual=False": {"config": {"a": 4}}}}
+    monkeypatch.setattr(tune, "gpu_for", lambda arch: (0, "fake GPU"))
+    monkeypatch.setattr(tune, "tune", lambda *a, **k: (measured, []))
+    monkeypatch.setattr(tune, "format_results", lambda results: "")
+    out = tmp_path / "elsewhere" / "sm90.json"
+    assert tune.run("sm90", specs="rms_norm_fwd", out=str(out), cols="1024",
+                    log=lambda s: None) == 0
+    specs = json.loads(out.read_bytes())["specs"]
+    assert specs["rms_norm_fwd"] == {"n_cols=1024,residual=False": {"config": {"a": 4}},
+                                     "n_cols=65536,residual=False": {"config": {"a": 2}}}
+    assert specs["swiglu_bwd"] == old["swiglu_bwd"]
+    assert json.loads(committed.read_bytes())["specs"] == old  # the committed one untouched
+
+
 TINY = {  # shapes the interpreter computes in seconds, covering flags and looped configs
     "rms_norm_fwd": ((8, 64, False), (8, 48, True)),
     "rms_norm_bwd": ((8, 64, False), (8, 64, True)),

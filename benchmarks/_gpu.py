@@ -1,4 +1,4 @@
-"""Shared by the GPU sweep scripts (kernels.py has its own, device-agnostic copy bandwidth;
+"""Shared by the GPU sweep scripts (suite.py has its own, device-agnostic copy bandwidth;
 it takes capture_graph from here)."""
 import csv
 import os

@@ -13,7 +13,7 @@ Two leads from session 7 (docs/perf-notes.md, "leads for the fused linear cross-
 
 Per chunk size: the op's loss and gradients are checked against the default policy's, then
 "fwd(g)" (the op with gradients: all of its work) and "f+b" (the same and
-torch.autograd.grad) are timed with kernels.Bench (do_bench median, L2 flushed); the peak
+torch.autograd.grad) are timed with suite.Bench (do_bench median, L2 flushed); the peak
 memory of one f+b beyond the inputs is read from the allocator. On CPU (--smoke, tiny shapes,
 Triton's interpreter) it only runs the logic, with wall-clock timings.
 
@@ -26,7 +26,7 @@ import threading
 import torch
 
 from _gpu import write_rows
-from kernels import Bench
+from suite import Bench
 from liger_aot.ops.fused_linear_cross_entropy import fused_linear_cross_entropy
 
 

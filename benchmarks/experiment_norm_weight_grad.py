@@ -16,7 +16,7 @@ import sys
 import torch
 
 from _gpu import copy_bandwidth
-from kernels import Bench
+from suite import Bench
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from liger_aot.ops import layer_norm as ln_mod  # noqa: E402
@@ -24,7 +24,7 @@ from liger_aot.ops import rms_norm as rms_mod  # noqa: E402
 
 
 def graph_ms(fn) -> float:
-    """Median of CUDA-graph replays of fn, kernels.py's procedure (do_bench, 25 / 200 ms)."""
+    """Median of CUDA-graph replays of fn, suite.py's procedure (do_bench, 25 / 200 ms)."""
     return Bench("cuda", warmup_ms=25, rep_ms=200).time_graph(fn)
 
 

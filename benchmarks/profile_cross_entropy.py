@@ -2,7 +2,7 @@
 
 One step is the op's forward (loss + gradient, reduction "mean") and its backward
 (torch.autograd.grad with a cotangent of 1, as loss.backward() passes), on bf16 logits that
-need a gradient, as benchmarks/kernels.py times it. Prints each kernel's time a step
+need a gradient, as benchmarks/suite.py times it. Prints each kernel's time a step
 (torch.profiler over --steps steps; the op's own kernel next to the small torch kernels
 around it: the mean's divisors, the loss's sum, the backward's scale), then the median of
 the whole step replayed from a CUDA graph (do_bench, L2 flushed), with no target ignored and

@@ -431,7 +431,7 @@ def _rows_case(spec, shapes, make, launch, outputs, passes, prepare=None, **limi
 
 
 def suite_rows(n: int) -> int:
-    """Rows of the benchmark suite's norm shapes (benchmarks/kernels.py: 64M elements)."""
+    """Rows of the benchmark suite's norm shapes (benchmarks/suite.py: 64M elements)."""
     return max(1, 2**26 // n)
 
 
@@ -591,7 +591,7 @@ def capture_graph(fn) -> "torch.cuda.CUDAGraph":
 
 def graph_ms(fn) -> float:
     """Median ms of CUDA-graph replays of fn (do_bench, 25 / 200 ms): how the benchmark
-    suite times with --graphs (benchmarks/kernels.py), the graph captured as capture_graph
+    suite times with --graphs (benchmarks/suite.py), the graph captured as capture_graph
     does."""
     from triton.testing import do_bench
 

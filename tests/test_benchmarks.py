@@ -1,4 +1,4 @@
-"""benchmarks/kernels.py without a GPU: the case registry, byte and flop counts, rates,
+"""benchmarks/suite.py without a GPU: the case registry, byte and flop counts, rates,
 argument parsing, CSV, table, plots and targets on fabricated rows, and one end-to-end run
 of --smoke (CPU, tiny shapes, liger-aot through Triton's interpreter). Nothing here times
 anything that matters."""
@@ -13,11 +13,11 @@ import pytest
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(ROOT, "benchmarks", "kernels.py")
+SCRIPT = os.path.join(ROOT, "benchmarks", "suite.py")
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("bench_kernels", SCRIPT)
+    spec = importlib.util.spec_from_file_location("bench_suite", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
@@ -383,3 +383,4 @@ def test_experiment_norm_grouped_config_fields():
                               timeout=600, env=env)
         assert done.returncode == 0, done.stderr[-2000:]
         assert f"{config}: regs" in done.stdout and "fits" in done.stdout, done.stdout
+

@@ -1,14 +1,14 @@
 """Kernel benchmark suite: liger-aot against torch eager, torch.compile and Liger-Kernel 0.8.5,
 side by side in one process on one GPU.
 
-  python benchmarks/kernels.py [--ops OP,...] [--quick] [--out DIR] [--paths PATH,...]
+  python benchmarks/suite.py [--ops OP,...] [--quick] [--out DIR] [--paths PATH,...]
                                [--dtype bf16|fp16|fp32] [--warmup-ms MS] [--rep-ms MS]
                                [--graphs]
-  python benchmarks/kernels.py --smoke --out DIR     # CPU, tiny shapes: checks the script only
+  python benchmarks/suite.py --smoke --out DIR     # CPU, tiny shapes: checks the script only
 
 On the H200 (artifacts built for sm90, Liger-Kernel 0.8.5 installed from its wheel):
 
-  LIGER_AOT_ARTIFACT_DIR=<build> LIGER_AOT_STRICT=1 python3 benchmarks/kernels.py --out $OUT
+  LIGER_AOT_ARTIFACT_DIR=<build> LIGER_AOT_STRICT=1 python3 benchmarks/suite.py --out $OUT
 
 What one run does
   1. Ceilings, measured in the same process: device-to-device copy of 2 GiB (bytes read +

@@ -384,3 +384,15 @@ def test_experiment_norm_grouped_config_fields():
         assert done.returncode == 0, done.stderr[-2000:]
         assert f"{config}: regs" in done.stdout and "fits" in done.stdout, done.stdout
 
+
+def test_experiment_norm_size_arguments():
+    """benchmarks/experiment_norm_size.py names a bad op, timer or path before looking for
+    a GPU, and says so when there is none."""
+    script = os.path.join(ROOT, "benchmarks", "experiment_norm_size.py")
+    for args, words in ((["--ops", "swiglu"], "'swiglu' is not a norm case"),
+                        (["--timers", "suite,warm"], "'warm' is not one of suite, clean"),
+                        (["--paths", "eager"], "'eager' is not one of liger-aot"),
+                        ([], "no CUDA device")):
+        done = subprocess.run([sys.executable, script, *args], capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode != 0 and words in done.stderr, (args, done.stderr[-2000:])

@@ -54,18 +54,25 @@ class Config:
     # needs it: the compiler otherwise spends every register it may have (the staged
     # cross entropy's 4-warp programs take 255 without a cap, one program where it needs 9).
     maxnreg: int = 0
+    # Whether the backend may contract a multiply and an add into one fma (Triton's
+    # enable_fp_fusion). False where a kernel must round like PyTorch's separate elementwise
+    # ops (RoPE: fp32 results equal to Hugging Face's formula bit for bit).
+    fp_fusion: bool = True
 
     @property
     def tag(self) -> str:
         parts = [f"{k}={v}" for k, v in sorted(self.constexprs.items())]
         launch = [f"w{self.num_warps}", f"s{self.num_stages}"]
-        return ".".join(parts + launch + ([f"r{self.maxnreg}"] if self.maxnreg else []))
+        return ".".join(parts + launch + ([f"r{self.maxnreg}"] if self.maxnreg else [])
+                        + ([] if self.fp_fusion else ["nofma"]))
 
     def compile_options(self) -> dict:
         """The launch options Triton's compile and JIT take."""
         options = {"num_warps": self.num_warps, "num_stages": self.num_stages}
         if self.maxnreg:
             options["maxnreg"] = self.maxnreg
+        if not self.fp_fusion:
+            options["enable_fp_fusion"] = False
         return options
 
 

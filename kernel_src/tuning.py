@@ -82,13 +82,16 @@ def config_record(config: Config) -> dict:
               "num_stages": config.num_stages}
     if config.maxnreg:
         record["maxnreg"] = config.maxnreg
+    if not config.fp_fusion:
+        record["fp_fusion"] = False
     return record
 
 
 def record_config(record: dict) -> Config:
     """config_record's inverse (a new object: config_from_record finds the shared one)."""
     return Config(dict(record["constexprs"]), num_warps=int(record["num_warps"]),
-                  num_stages=int(record["num_stages"]), maxnreg=int(record.get("maxnreg", 0)))
+                  num_stages=int(record["num_stages"]), maxnreg=int(record.get("maxnreg", 0)),
+                  fp_fusion=bool(record.get("fp_fusion", True)))
 
 
 def config_from_record(spec: KernelSpec, record: dict) -> Config:

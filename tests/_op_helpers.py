@@ -148,6 +148,20 @@ def rope_grads(qo, ko):
     return torch.ones_like(qo), torch.full_like(ko, 0.5)
 
 
+def rope_kernels_used(monkeypatch) -> list:
+    """A list that collects the spec name of each RoPE kernel launched (ops/rope.py's looped
+    `rope` or `rope_whole`) while monkeypatch is active."""
+    from liger_aot.ops import rope as rope_ops
+
+    used = []
+    for kernel in (rope_ops._rope, rope_ops._rope_whole):
+        def counted(*args, _launch=kernel.launch, _name=kernel.spec.name, **kwargs):
+            used.append(_name)
+            return _launch(*args, **kwargs)
+        monkeypatch.setattr(kernel, "launch", counted)
+    return used
+
+
 def check_rope(op, reference, q, k, tol, use_k=True):
     """Forward and backward of (qo, ko) = op(q, k) against reference(q, k) in float64.
     use_k False: only qo takes a gradient, and k must get none."""

@@ -471,6 +471,29 @@ def test_rope(dtype):
           ref, q, k, dtype=dtype)
 
 
+@pytest.mark.parametrize("n_q,n_k,head_dim", [(3, 1, 16), (32, 8, 128), (14, 2, 64),
+                                               (8, 4, 256), (20, 9, 320)])
+def test_rope_fp32_equals_hf_formula_bitwise(n_q, n_k, head_dim):
+    # compiled without fma contraction (kernel_src/rope/spec.py), both kernels (the last
+    # shape's half dim 160 takes the looped one) round each product before the sum as
+    # Hugging Face's elementwise formula does: the same fp32 bits, so a patched model's
+    # rope cannot flip a near-tied choice (an MoE router's) that HF's makes
+    from liger_aot.ops.rope import liger_rotary_pos_emb
+
+    q = torch.randn(2, 64, n_q, head_dim, device=DEV).transpose(1, 2)
+    k = torch.randn(2, 64, n_k, head_dim, device=DEV).transpose(1, 2)
+    angle = torch.rand(1, 64, head_dim // 2, device=DEV) * 100
+    angle = torch.cat([angle, angle], -1)
+    cos, sin = angle.cos()[:, None], angle.sin()[:, None]
+    half = head_dim // 2
+
+    def hf(t):
+        return t * cos + torch.cat((-t[..., half:], t[..., :half]), -1) * sin
+
+    qo, ko = liger_rotary_pos_emb(q, k, cos[:, 0], sin[:, 0])
+    assert torch.equal(qo, hf(q)) and torch.equal(ko, hf(k))
+
+
 @pytest.mark.parametrize("vocab", [32000, 128256, 151936, 256000])
 def test_cross_entropy(vocab):
     from liger_aot.ops.cross_entropy import cross_entropy

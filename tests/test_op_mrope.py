@@ -5,7 +5,8 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest
 import torch
 
-from _op_helpers import apply_rotary, assert_compile_matches_eager, check_rope, rope_grads
+from _op_helpers import (apply_rotary, assert_compile_matches_eager, check_rope, rope_grads,
+                         rope_kernels_used)
 from liger_aot.ops.mrope import liger_multimodal_rotary_pos_emb, liger_qwen2vl_mrope
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 1e-2}
@@ -55,6 +56,17 @@ def test_mrope_sections_and_general_cos(section):
     q, k = torch.randn(2, 3, 4, 48), torch.randn(2, 1, 4, 48)
     cos, sin = torch.randn(3, 2, 4, 48), torch.randn(3, 2, 4, 48)
     check(q, k, cos, sin, section)
+
+
+def test_mrope_runs_the_looped_kernel(monkeypatch):
+    # M-RoPE's section planes are read by the looped kernel only; rope_whole, which plain RoPE
+    # of these sizes takes, must never see them
+    used = rope_kernels_used(monkeypatch)
+    torch.manual_seed(4)
+    q, k = torch.randn(2, 3, 4, 48), torch.randn(2, 1, 4, 48)
+    cos, sin = qwen2vl_cos_sin(2, 4, 48, torch.float32)
+    check(q, k, cos, sin, [8, 6, 10])
+    assert used == ["rope", "rope"], used
 
 
 def test_mrope_unsqueeze_dim_2_broadcast_batch_loops():

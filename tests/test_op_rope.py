@@ -7,7 +7,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from _op_helpers import apply_rotary as reference
-from _op_helpers import assert_compile_matches_eager, check_rope, rel_err, rope_grads
+from _op_helpers import (assert_compile_matches_eager, check_rope, rel_err, rope_grads,
+                         rope_kernels_used)
 from liger_aot.ops.rope import liger_rotary_pos_emb
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
@@ -70,6 +71,43 @@ def test_rope_long_head_dim_loops():
     k = torch.randn(1, 9, 3, 320)
     cos, sin = hf_cos_sin(1, 3, 320, torch.float32)
     check(q, k, cos, sin)
+
+
+def test_rope_whole_configs():
+    # the whole-position kernel's tiles: every config within its bounds, the usual head
+    # layouts on it, and the sizes it cannot hold left to the looped kernel
+    from liger_aot.kernel_src.rope import spec
+
+    for c in spec.WHOLE_CONFIGS:
+        hq, hk, d = (c.constexprs[n] for n in ("BLOCK_HQ", "BLOCK_HK", "BLOCK_D"))
+        assert hq * d <= spec.WHOLE_MAX_TILE and hq // 8 <= hk <= hq and 1 <= c.num_warps <= 8
+    tiles = {(half, n_q, n_k): tuple(spec.whole_config(half, n_q, n_k).constexprs[n]
+                                     for n in ("BLOCK_HQ", "BLOCK_HK", "BLOCK_D"))
+             for half, n_q, n_k in ((64, 32, 8), (32, 14, 2), (128, 8, 4), (64, 64, 8),
+                                    (48, 32, 32), (8, 3, 1), (64, 5, 0), (32, 71, 1))}
+    assert tiles == {(64, 32, 8): (32, 8, 64), (32, 14, 2): (16, 2, 32),
+                     (128, 8, 4): (8, 4, 128), (64, 64, 8): (64, 8, 64),
+                     (48, 32, 32): (32, 32, 64), (8, 3, 1): (8, 1, 32),
+                     (64, 5, 0): (8, 1, 64), (32, 71, 1): (128, 16, 32)}
+    for half, n_q, n_k in ((160, 4, 1), (64, 65, 8), (128, 64, 8), (32, 2, 20)):
+        assert spec.whole_config(half, n_q, n_k) is None, (half, n_q, n_k)
+    with pytest.raises(ValueError, match="looped rope kernel"):
+        spec.ROPE_WHOLE.rule(160, 4, 1)
+
+
+@pytest.mark.parametrize("n_q,n_k,head_dim,kernel", [
+    (5, 3, 32, "rope_whole"), (9, 1, 24, "rope_whole"),  # k heads masked in a 2-head tile
+    (2, 20, 32, "rope"),  # more k heads than the q tile: looped
+    (130, 2, 16, "rope"),  # a q tile over 4096 elements a half: looped
+])
+def test_rope_kernel_choice_fwd_bwd(monkeypatch, n_q, n_k, head_dim, kernel):
+    used = rope_kernels_used(monkeypatch)
+    torch.manual_seed(9)
+    q = torch.randn(2, 3, n_q, head_dim).transpose(1, 2)
+    k = torch.randn(2, 3, n_k, head_dim).transpose(1, 2)
+    cos, sin = torch.randn(1, 3, head_dim), torch.randn(1, 3, head_dim)  # halves differ
+    check(q, k, cos, sin)
+    assert used and set(used) == {kernel}, used
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -253,21 +291,24 @@ _NO_DATA_OPS = {"empty_like", "empty_strided", "empty", "new_empty", "new_empty_
 
 @pytest.fixture
 def traced(monkeypatch):
-    """(log, launches): aten ops recorded while log is active, and kernel launches."""
+    """(log, launches): aten ops recorded while log is active, and kernel launches (either
+    kernel's)."""
     from liger_aot.ops import rope as rope_ops
 
     log, launches = _AtenLog(), []
-    launch = rope_ops._rope.launch
 
-    def counted(*args, **kwargs):
-        launches.append(args[-1])  # the backward flag
-        log.paused = True
-        try:
-            return launch(*args, **kwargs)
-        finally:
-            log.paused = False
+    def counting(launch):
+        def counted(*args, **kwargs):
+            launches.append(args[-1])  # the backward flag
+            log.paused = True
+            try:
+                return launch(*args, **kwargs)
+            finally:
+                log.paused = False
+        return counted
 
-    monkeypatch.setattr(rope_ops._rope, "launch", counted)
+    for kernel in (rope_ops._rope, rope_ops._rope_whole):
+        monkeypatch.setattr(kernel, "launch", counting(kernel.launch))
     return log, launches
 
 

@@ -15,6 +15,7 @@ from ._common import SUPPORTED_DTYPES, check_float, check_same_device, check_sam
 from ._custom_ops import lazy_custom_op
 
 _rope = Kernel(spec.ROPE)
+_rope_whole = Kernel(spec.ROPE_WHOLE)  # a whole position a program, when its tiles fit
 
 
 # -- layouts -------------------------------------------------------------------------------
@@ -91,9 +92,12 @@ def _cos_strides(c):
 
 def _plan(q, k, cos, sin, unsqueeze_dim, sections):
     """Everything of a launch but the tensors and the q/k strides, worked out once per call
-    (the backward reuses the forward's): (grid, config, dtype, seq, half, tail,
+    (the backward reuses the forward's): (kernel, grid, config, dtype, seq, half, tail,
     unsqueeze_dim), or None when there is nothing to compute. sections: (sec0, sec1) half-dim
-    column bounds of the M-RoPE planes, or None."""
+    column bounds of the M-RoPE planes, or None. Plain RoPE runs rope_whole where its tiles
+    fit, M-RoPE the looped kernel. The backward may move k's heads into q's slot (only k has
+    a gradient): rope_whole's k tile never holds more heads than its q tile, so its config
+    fits that launch too."""
     if unsqueeze_dim == 1:
         batch, n_q, seq, dim = q.shape
         n_k = k.shape[1]
@@ -106,26 +110,31 @@ def _plan(q, k, cos, sin, unsqueeze_dim, sections):
     sec0, sec1 = sections if sections is not None else (half, half)
     cb, cs, cp = _cos_strides(cos)
     sb, ss, sp = _cos_strides(sin)
-    config = _rope.select_config(q.get_device(), half)
-    return ((batch * seq,), config, q.dtype, seq, half, (cb, cs, sb, ss, cp, sp, sec0, sec1),
-            unsqueeze_dim)
+    if sections is None and spec.whole_config(half, n_q, n_k) is not None:
+        kernel = _rope_whole
+        config = kernel.select_config(q.get_device(), half, n_q, n_k)
+    else:
+        kernel = _rope
+        config = kernel.select_config(q.get_device(), half)
+    return (kernel, (batch * seq,), config, q.dtype, seq, half,
+            (cb, cs, sb, ss, cp, sp, sec0, sec1), unsqueeze_dim)
 
 
 def _run(plan, cos, sin, qo, ko, q, k, n_q, n_k, backward):
     """One launch: rope(q) -> qo and rope(k) -> ko, or their adjoints when backward. With
     n_k == 0, k/ko are placeholders (pass q/qo) and are never read."""
-    grid, config, dtype, seq, half, tail, unsqueeze_dim = plan
+    kernel, grid, config, dtype, seq, half, tail, unsqueeze_dim = plan
     if n_q + n_k == 0:
         return
     a, b, c, d = qo.stride(), q.stride(), ko.stride(), k.stride()
     if unsqueeze_dim == 1:  # (batch, heads, seq, head_dim): strides in (b, h, s) order as is
-        _rope.launch(grid, qo, ko, q, k, cos, sin, seq, n_q, n_k, half,
-                     a[0], a[1], a[2], b[0], b[1], b[2], c[0], c[1], c[2], d[0], d[1], d[2],
-                     *tail, backward, dtype=dtype, config=config)
+        kernel.launch(grid, qo, ko, q, k, cos, sin, seq, n_q, n_k, half,
+                      a[0], a[1], a[2], b[0], b[1], b[2], c[0], c[1], c[2], d[0], d[1], d[2],
+                      *tail, backward, dtype=dtype, config=config)
     else:  # (batch, seq, heads, head_dim)
-        _rope.launch(grid, qo, ko, q, k, cos, sin, seq, n_q, n_k, half,
-                     a[0], a[2], a[1], b[0], b[2], b[1], c[0], c[2], c[1], d[0], d[2], d[1],
-                     *tail, backward, dtype=dtype, config=config)
+        kernel.launch(grid, qo, ko, q, k, cos, sin, seq, n_q, n_k, half,
+                      a[0], a[2], a[1], b[0], b[2], b[1], c[0], c[2], c[1], d[0], d[2], d[1],
+                      *tail, backward, dtype=dtype, config=config)
 
 
 def _heads(t, unsqueeze_dim):

@@ -396,3 +396,27 @@ def test_experiment_norm_size_arguments():
         done = subprocess.run([sys.executable, script, *args], capture_output=True, text=True,
                               timeout=600)
         assert done.returncode != 0 and words in done.stderr, (args, done.stderr[-2000:])
+
+
+def test_experiment_rope_smoke_and_arguments():
+    """benchmarks/experiment_rope.py --smoke: every candidate kernel (the library's looped and
+    whole-position kernels, the probes, one in place) through Triton's interpreter matches
+    fp32 RoPE and its adjoint (the script asserts it); bad --configs and --shape are refused
+    with their reasons, and a GPU run without one says so."""
+    script = os.path.join(ROOT, "benchmarks", "experiment_rope.py")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, script, "--smoke"], capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 2 * 10 and all("rel. error" in line for line in lines), done.stdout
+    for args, words in ((["--configs", "lib:8,64"], "lib takes 3 integers"),
+                        (["--configs", "whole:12,2,32,1"], "must be powers of 2"),
+                        (["--configs", "liger@"], "liger is always in place"),
+                        (["--configs", "fast:1"], "kind must be"),
+                        (["--shape", "4,32,8,4096"], "five positive integers"),
+                        (["--shape", "1,2,1,8,15"], "head_dim must be even"),
+                        ([], "needs a CUDA GPU")):
+        bad = subprocess.run([sys.executable, script, *args], capture_output=True, text=True,
+                             timeout=600, env=env)
+        assert bad.returncode != 0 and words in bad.stderr, (args, bad.stderr[-2000:])

@@ -31,7 +31,11 @@ Cases (us per call, median and min of R repeats of N calls each):
   eager_fwdbwd_16 the same at 1 x 16: eager's host cost with next to no compute
   empty_fn_fwdbwd an autograd Function that only saves its inputs and allocates its output
                   and gradients, fwd+bwd at 1 x 4096: the floor of any Python Function
-All fwd+bwd cases accumulate into a.grad and b.grad (real CPU adds, 4096 elements).
+  rope_fwdbwd     liger_rotary_pos_emb(q, k, cos, sin) forward and backward, one position
+                  of 32 q and 8 k heads of 128 in Hugging Face's layout (bf16)
+  eager_rope_fwdbwd  Hugging Face's formula on the same tensors (computes, as eager_fwdbwd)
+All fwd+bwd cases accumulate into a.grad and b.grad (real CPU adds, 4096 elements) or
+q.grad and k.grad.
 """
 from __future__ import annotations
 
@@ -178,11 +182,31 @@ def cases():
     def empty_function_fwdbwd():
         _Empty.apply(a, b).backward(g)
 
+    from liger_aot.ops.rope import liger_rotary_pos_emb
+
+    # one decoding-sized position, Llama's heads, in Hugging Face's layout
+    q = torch.randn(1, 1, 32, 128, dtype=dt).transpose(1, 2).requires_grad_()
+    k = torch.randn(1, 1, 8, 128, dtype=dt).transpose(1, 2).requires_grad_()
+    cos, sin = torch.randn(1, 1, 128, dtype=dt), torch.randn(1, 1, 128, dtype=dt)
+    gq, gk = torch.randn_like(q), torch.randn_like(k)
+
+    def rope_fwdbwd():
+        torch.autograd.backward(liger_rotary_pos_emb(q, k, cos, sin), (gq, gk))
+
+    def rotate_half(t):
+        return torch.cat((-t[..., 64:], t[..., :64]), -1)
+
+    def eager_rope_fwdbwd():
+        c, s_ = cos.unsqueeze(1), sin.unsqueeze(1)
+        torch.autograd.backward((q * c + rotate_half(q) * s_, k * c + rotate_half(k) * s_),
+                                (gq, gk))
+
     return {"launcher": bare, "launcher_flat": bare_flat if flat else None,
             "kernel_swiglu": kernel_swiglu, "kernel_rms": kernel_rms,
             "select_config": select, "swiglu_fwd": swiglu_fwd, "swiglu_fwdbwd": swiglu_fwdbwd,
             "geglu_fwdbwd": geglu_fwdbwd, "eager_fwdbwd": eager_fwdbwd,
-            "eager_fwdbwd_16": eager_fwdbwd_16, "empty_fn_fwdbwd": empty_function_fwdbwd}
+            "eager_fwdbwd_16": eager_fwdbwd_16, "empty_fn_fwdbwd": empty_function_fwdbwd,
+            "rope_fwdbwd": rope_fwdbwd, "eager_rope_fwdbwd": eager_rope_fwdbwd}
 
 
 class _Empty(torch.autograd.Function):

@@ -420,3 +420,15 @@ def test_experiment_rope_smoke_and_arguments():
         bad = subprocess.run([sys.executable, script, *args], capture_output=True, text=True,
                              timeout=600, env=env)
         assert bad.returncode != 0 and words in bad.stderr, (args, bad.stderr[-2000:])
+
+
+def test_host_microbench_runs_its_cases():
+    """benchmarks/host_microbench.py (driver stubbed, CPU) times the launch path, the GLU ops
+    and RoPE's op against Hugging Face's formula: every case prints a positive time."""
+    script = os.path.join(ROOT, "benchmarks", "host_microbench.py")
+    cases = ["launcher", "kernel_rms", "swiglu_fwdbwd", "rope_fwdbwd", "eager_rope_fwdbwd"]
+    done = subprocess.run([sys.executable, script, "--cases", ",".join(cases), "--repeat",
+                           "2", "--number", "20"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    times = {line.split()[0]: float(line.split()[1]) for line in done.stdout.splitlines()[2:]}
+    assert set(times) == set(cases) and all(t > 0 for t in times.values()), done.stdout

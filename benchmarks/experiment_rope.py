@@ -27,8 +27,8 @@ Every candidate compiles with num_stages=1 and without fma contraction, as the l
 ahead-of-time builds do (kernel_src/rope/spec.py). Rates
 count the suite's bytes: each direction reads and writes q and k once.
 
-  python benchmarks/experiment_rope.py [--shape B,H,KH,S,D] [--configs lib:8,64,4;joint:64,64,4,1]
-      [--out DIR]
+  python benchmarks/experiment_rope.py [--shape B,H,KH,S,D] [--configs "whole:32,8,64,2;liger"]
+      [--out DIR]           # writes rope_configs.csv under DIR
   python benchmarks/experiment_rope.py --smoke     # CPU interpreter: every kernel vs torch
 """
 import argparse
@@ -195,8 +195,9 @@ def rope_flat(QO, KO, Q, K, COS, SIN, seq_len, n_q, n_k, half_dim,
 
 
 def parse_configs(text: str) -> list:
-    """[(kind, ints)]: lib:H,D,W / joint:H,D,W,P / pair:HQ,HK,D,W / liger; SystemExit names
-    a bad one."""
+    """[(kind, ints)] of lib:H,D,W / whole:HQ,HK,D,W / pair:HQ,HK,D,W /
+    flat:HQ,HK,D,W,F32,WIDE,COS_HALF / joint:H,D,W,P (each with an optional trailing @: in
+    place) / liger; SystemExit names a bad one."""
     out = []
     for item in filter(None, (t.strip() for t in text.split(";"))):
         in_place = item.endswith("@")
@@ -356,7 +357,9 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shape", default="4,32,8,4096,128", help="B,H,KH,S,D (the suite's)")
     p.add_argument("--configs", default=DEFAULT_CONFIGS,
-                   help="';'-separated lib:H,D,W / joint:H,D,W,P / liger")
+                   help="';'-separated lib:H,D,W / whole:HQ,HK,D,W / pair:HQ,HK,D,W / "
+                   "flat:HQ,HK,D,W,F32,WIDE,COS_HALF / joint:H,D,W,P, a trailing @ for in place; "
+                   "liger (see above)")
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     p.add_argument("--smoke", action="store_true", help="CPU interpreter check only")
     args = p.parse_args(argv)

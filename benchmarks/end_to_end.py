@@ -71,6 +71,8 @@ Cold start is noisy (HF's Llama first step took 1.98, 0.57 and 0.75 s in three f
 processes of one run):
 --cold-repeats N runs hf and liger-aot N-1 more times per model, cold start only (--steps
 0), interleaved; the cold goal then compares medians, and a table shows every run.
+--profile-first-step writes a cProfile of each main child's first step to
+profiles/<model>_<mode>.txt (the cold-only repeats stay unprofiled).
 
 Liger-aot on the GPU needs its artifacts (LIGER_AOT_ARTIFACT_DIR or an installed arch wheel).
 On --device cpu children set TRITON_INTERPRET=1 (liger-aot's kernels run in Triton's
@@ -372,7 +374,11 @@ def _child_run(spec: dict, result: dict, mark):
         split["gpu_wait"] = time.perf_counter() - t
         return split
 
-    result["step_split"] = {"first": timed_step(data[0])}
+    if spec.get("profile_first_step"):
+        result["step_split"] = {"first": _profiled(timed_step, data[0],
+                                                   spec["profile_first_step"])}
+    else:
+        result["step_split"] = {"first": timed_step(data[0])}
     mark("first_step")
 
     for i in range(warmup):
@@ -408,6 +414,28 @@ def _child_run(spec: dict, result: dict, mark):
                 for sets in registry._sets.values() for s in sets]
         except Exception as e:  # informational only
             result["artifact_sets"] = f"unavailable: {e}"
+
+
+def _profiled(fn, arg, path: str):
+    """fn(arg) under cProfile; the statistics (top 60 by cumulative time, top 40 by own time)
+    written to path."""
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        return fn(arg)
+    finally:
+        prof.disable()
+        text = io.StringIO()
+        stats = pstats.Stats(prof, stream=text).strip_dirs()
+        stats.sort_stats("cumulative").print_stats(60)
+        stats.sort_stats("tottime").print_stats(40)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text.getvalue())
 
 
 def prewarm_main(spec: dict) -> int:
@@ -496,6 +524,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not byte-compile the kernel libraries before the children")
     p.add_argument("--keep-caches", action="store_true",
                    help="keep the per-child TRITON_CACHE_DIRs (printed)")
+    p.add_argument("--profile-first-step", action="store_true",
+                   help="cProfile each main child's first step into profiles/<model>_<mode>"
+                        ".txt under --out (by cumulative and own time); the profiler slows "
+                        "that step, so compare profiles, not those runs' times")
     p.add_argument("--out", default=os.environ.get("OUT", "."),
                    help="output directory (default $OUT or .)")
     p.add_argument("--report", metavar="PATH", default=None,
@@ -587,11 +619,15 @@ def child_env(mode: str, device: str, cache_dir: str) -> dict:
 
 def child_spec(model: str, mode: str, args, cold_only: bool = False) -> dict:
     batch, seq = shape(model, args.tiny, args.batch, args.seq)
+    profile = None
+    if getattr(args, "profile_first_step", False) and not cold_only:
+        profile = os.path.join(os.path.abspath(args.out), "profiles", f"{model}_{mode}.txt")
     return dict(model=model, mode=mode, device=args.device, tiny=args.tiny, dtype=args.dtype,
                 batch=batch, seq=seq, steps=0 if cold_only else args.steps,
                 warmup=0 if cold_only else args.warmup, lr=args.lr,
                 seed=args.seed, data=args.data, overrides=args.overrides,
-                block_triton=bool(args.block_triton and mode == "liger-aot"))
+                block_triton=bool(args.block_triton and mode == "liger-aot"),
+                profile_first_step=profile)
 
 
 LIBRARY_PACKAGES = {"liger-aot": "liger_aot", "liger-kernel": "liger_kernel"}

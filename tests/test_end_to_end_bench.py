@@ -344,7 +344,8 @@ def test_cpu_tiny_run_end_to_end(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRITON_")}
     proc = subprocess.run([sys.executable, SCRIPT, "--device", "cpu", "--tiny", "--models",
                            "qwen2_5_0_5b", "--modes", "hf", "--steps", "1", "--warmup", "0",
-                           "--no-prewarm", "--cold-repeats", "2", "--out", str(tmp_path)],
+                           "--no-prewarm", "--cold-repeats", "2", "--profile-first-step",
+                           "--out", str(tmp_path)],
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Cold start" in proc.stdout and "Steady state" in proc.stdout
@@ -366,6 +367,11 @@ def test_cpu_tiny_run_end_to_end(tmp_path):
     assert [c["status"] for c in r["cold_runs"]] == ["ok", "ok"]
     assert (tmp_path / "logs" / "qwen2_5_0_5b_hf_cold2.log").exists()
     assert "Cold start over fresh processes" in proc.stdout
+    # --profile-first-step: the main child's first step profiled (the forward among its
+    # calls), the cold-only repeat not
+    assert sorted(p.name for p in (tmp_path / "profiles").iterdir()) == ["qwen2_5_0_5b_hf.txt"]
+    profile = (tmp_path / "profiles" / "qwen2_5_0_5b_hf.txt").read_text()
+    assert "cumulative" in profile and "train_step" in profile and "forward" in profile
 
 
 def e2e_phases():

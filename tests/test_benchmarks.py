@@ -331,20 +331,26 @@ def test_smoke_end_to_end(tmp_path):
     assert (tmp_path / "kernels_targets.txt").read_text().startswith("rms_norm")
 
 
+def _smoke_lines(name: str) -> tuple:
+    """(script path, env, stdout lines) of `benchmarks/<name> --smoke`, which must succeed
+    (the script sets TRITON_INTERPRET itself: the env leaves it unset)."""
+    script = os.path.join(ROOT, "benchmarks", name)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, script, "--smoke"], capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return script, env, done.stdout.strip().splitlines()
+
+
 def test_norm_forward_pass1_experiment_smoke():
     """benchmarks/experiment_norm_fwd_pass1.py --smoke: its minimal looped forwards (pass 1 by
     chunks, by the whole row, by the whole row in a loop, with w and b under the default L2
     policy, and with pass 2 in static trips) through Triton's interpreter match torch (the
     script asserts it) for LayerNorm and RMSNorm; a malformed --tiles is refused with a
     usage error."""
-    script = os.path.join(ROOT, "benchmarks", "experiment_norm_fwd_pass1.py")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, script, "--smoke"], capture_output=True, text=True,
-                          timeout=600, env=env)
-    assert done.returncode == 0, done.stderr[-2000:]
-    lines = done.stdout.strip().splitlines()
-    assert len(lines) == 2 * 5 and all("rel. error" in line for line in lines), done.stdout
-    assert sum("static trips" in line for line in lines) == 2, done.stdout
+    script, env, lines = _smoke_lines("experiment_norm_fwd_pass1.py")
+    assert len(lines) == 2 * 5 and all("rel. error" in line for line in lines), lines
+    assert sum("static trips" in line for line in lines) == 2, lines
     bad = subprocess.run([sys.executable, script, "--sass", "--tiles", "4096x3"],
                          capture_output=True, text=True, timeout=600, env=env)
     assert bad.returncode == 2 and "warps 1-32" in bad.stderr, bad.stderr[-2000:]
@@ -403,13 +409,8 @@ def test_experiment_rope_smoke_and_arguments():
     whole-position kernels, the probes, one in place) through Triton's interpreter matches
     fp32 RoPE and its adjoint (the script asserts it); bad --configs and --shape are refused
     with their reasons, and a GPU run without one says so."""
-    script = os.path.join(ROOT, "benchmarks", "experiment_rope.py")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, script, "--smoke"], capture_output=True, text=True,
-                          timeout=600, env=env)
-    assert done.returncode == 0, done.stderr[-2000:]
-    lines = done.stdout.strip().splitlines()
-    assert len(lines) == 2 * 10 and all("rel. error" in line for line in lines), done.stdout
+    script, env, lines = _smoke_lines("experiment_rope.py")
+    assert len(lines) == 2 * 10 and all("rel. error" in line for line in lines), lines
     for args, words in ((["--configs", "lib:8,64"], "lib takes 3 integers"),
                         (["--configs", "whole:12,2,32,1"], "must be powers of 2"),
                         (["--configs", "liger@"], "liger is always in place"),

@@ -633,6 +633,38 @@ def test_launcher_grid_edge_cases(entry, stub_cuda):
     assert stub.calls == 1
 
 
+def test_launcher_values_count_and_shared_code(stub_cuda):
+    """launch(grid, values, args) with the wrong number of values is the packer's
+    LaunchError, launching nothing; launchers of one parameter count share one compiled flat
+    entry point (compiled once a process), each bound to its own buffer; a kernel with no
+    visible parameters launches too."""
+    stub = stub_cuda
+    spec = next(s for s in SPECS if s.name == "swiglu_fwd")
+    launch = _stub_launcher(stub, spec)
+    args = base_args(spec)
+    values = tuple(a.ptr if isinstance(a, FakeTensor) else a for a in args)
+    with pytest.raises(driver.LaunchError, match=r"bad argument for kernel swiglu_fwd: "
+                                                 r"pack_into expected 9 items for packing "
+                                                 r"\(got 8\)"):
+        launch((1,), values[:-1], args[:-1])
+    assert stub.calls == 0
+    other = _stub_launcher(stub, spec)
+    assert other.flat.__code__ is launch.flat.__code__
+    launch((1,), values, args)
+    shifted = tuple(v + 16 for v in values)
+    other((2,), shifted, args)
+    assert bytes(stub.params[:8 * stub.nparams]) == _expected_params(spec, shifted)
+    launch((1,), values, args)  # its own buffer still holds its own values
+    assert bytes(stub.params[:8 * stub.nparams]) == _expected_params(spec, values)
+    assert stub.calls == 3
+    bare = driver.Launcher(_StubModule(), "no_params", "PP", 1, 32, 0)
+    stub.nparams = 2
+    bare((4,), (), ())
+    bare.flat((5,))
+    assert stub.calls == 5 and tuple(stub.dims[:4]) == (5, 1, 1, 32)
+    assert bytes(stub.params[:16]) == bytes(16)
+
+
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_launcher_driver_errors(entry, stub_cuda):
     stub = stub_cuda

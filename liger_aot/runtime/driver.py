@@ -14,6 +14,7 @@ but never run on an AMD GPU (none was available). See README.md, "Unverified".
 from __future__ import annotations
 
 import ctypes
+import functools
 import struct
 import threading
 
@@ -165,11 +166,14 @@ def Launcher(module: LoadedModule, name: str, type_string: str, num_warps: int, 
     Kernel calls: no tuple to build and unpack per launch).
 
     Everything constant is bound as a closure variable; the hidden trailing parameters are
-    zeroed once in the buffer and never repacked. The driver call goes through the entry point
-    without argtypes (api().launch_unchecked) with the function handle and the parameter array
-    as prebuilt ctypes objects and the stream as a cached c_void_p; a grid value that call
-    cannot convert (e.g. a numpy integer) is retried through the argtypes binding, so what is
-    accepted and what is refused, with which error, is unchanged."""
+    zeroed once in the buffer and never repacked. Only flat is generated code, compiled once
+    per parameter count (_flat_code: a cold process builds a launcher a variant, and the
+    compile was most of that); launch unpacks its values into flat. The driver call goes
+    through the entry point without argtypes (api().launch_unchecked) with the function
+    handle and the parameter array as prebuilt ctypes objects and the stream as a cached
+    c_void_p; a grid value that call cannot convert (e.g. a numpy integer) is retried through
+    the argtypes binding, so what is accepted and what is refused, with which error, is
+    unchanged."""
     a = api()
     function = module.function(name, shared)
     n = len(type_string)
@@ -198,8 +202,16 @@ def Launcher(module: LoadedModule, name: str, type_string: str, num_warps: int, 
         "make_context_current": a.make_context_current, "invalid_context":
         _CUDA_ERROR_INVALID_CONTEXT, "fail": fail, "bad_argument": bad_argument,
     }
-    exec(_launcher_source(len(visible)), namespace)  # noqa: S102 - source built from a count
-    launch, flat = namespace["launch"], namespace["flat"]
+    count = len(visible)
+    exec(_flat_code(count), namespace)  # noqa: S102 - source built from a count
+    flat = namespace["flat"]
+
+    def launch(grid, values, args):
+        if len(values) != count:  # as the packer says it, rather than flat's TypeError
+            bad_argument(struct.error(f"pack_into expected {count} items for packing (got "
+                                      f"{len(values)})"), values)
+        return flat(grid, *values)
+
     for f in (launch, flat):
         f.kernel_name = name
         f.module = module  # keeps the module (and its image) alive with the launcher
@@ -207,13 +219,12 @@ def Launcher(module: LoadedModule, name: str, type_string: str, num_warps: int, 
     return launch
 
 
-# One body for both entry points of a launcher: launch(grid, values, args) and
-# flat(grid, v0, v1, ...). Names not defined here are constants of the launcher (Launcher's
-# namespace).
-_LAUNCHER_BODY = """
+# The body of a launcher's flat entry point, flat(grid, v0, v1, ...). Names not defined here
+# are constants of the launcher (Launcher's namespace).
+_FLAT_BODY = """
     if get_device() != device:
         with torch.cuda.device(device):
-            return SELF
+            return flat(grid, VS)
     k = len(grid)
     gx = grid[0]
     gy = grid[1] if k > 1 else 1
@@ -221,9 +232,9 @@ _LAUNCHER_BODY = """
     if not (gx and gy and gz):
         return
     try:
-        pack(buffer, 0, PACKED)
+        pack(buffer, 0, VS)
     except struct.error as e:
-        bad_argument(e, VALUES)
+        bad_argument(e, (VS,))
     stream = get_stream(device)
     sp = streams.get(stream)
     if sp is None:
@@ -247,16 +258,19 @@ _LAUNCHER_BODY = """
 """
 
 
-def _launcher_source(count: int) -> str:
+def _flat_source(count: int) -> str:
     vs = ", ".join(f"v{i}" for i in range(count))
-    tuple_vs = f"({vs},)" if count else "()"
-    launch = ("def launch(grid, values, args):" + _LAUNCHER_BODY
-              .replace("SELF", "launch(grid, values, args)")
-              .replace("PACKED", "*values").replace("VALUES", "values"))
-    flat = (f"def flat(grid, {vs}):" + _LAUNCHER_BODY
-            .replace("SELF", f"flat(grid, {vs})")
-            .replace("PACKED", vs).replace("VALUES", tuple_vs))
-    return launch + "\n" + flat
+    header = f"def flat(grid{', ' if count else ''}{vs}):"
+    # with no values, "(VS,)" must still be an empty tuple and the calls take no values
+    return header + (_FLAT_BODY.replace("(VS,)", f"({vs},)" if count else "()")
+                     .replace(", VS", f", {vs}" if count else ""))
+
+
+@functools.lru_cache(maxsize=None)
+def _flat_code(count: int):
+    """flat's code for `count` values, compiled once per process: executing it in a
+    launcher's namespace defines that launcher's flat."""
+    return compile(_flat_source(count), f"<liger_aot launcher, {count} values>", "exec")
 
 
 _MAX_STREAMS = 64  # per launcher; more distinct streams than this just start the cache over

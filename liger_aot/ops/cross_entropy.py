@@ -99,6 +99,22 @@ def needs_scales(reduction, return_acc, weight, label_smoothing) -> bool:
     return reduction == "mean" or return_acc or (weight is not None and label_smoothing != 0.0)
 
 
+def row_buffers(target, device, ignore_index, reduction, weight, label_smoothing,
+                lse_square_scale, return_z, return_acc):
+    """What the row kernel needs besides the logits, for target's rows: (target contiguous,
+    SCALES or None, whether the z-loss rows are stored, the loss / z-loss / accuracy row
+    buffers, fp32 on `device`, None where not stored)."""
+    target = target.contiguous()
+    n_rows = target.shape[0]
+    store_z = return_z or lse_square_scale != 0.0
+    scales = reduction_scales(target, ignore_index, weight) \
+        if needs_scales(reduction, return_acc, weight, label_smoothing) else None
+    loss_rows = torch.empty(n_rows, dtype=torch.float32, device=device)
+    z_rows = torch.empty(n_rows, dtype=torch.float32, device=device) if store_z else None
+    acc_rows = torch.empty(n_rows, dtype=torch.float32, device=device) if return_acc else None
+    return target, scales, store_z, loss_rows, z_rows, acc_rows
+
+
 def check_options(ignore_index, reduction, label_smoothing, lse_square_scale, softcap,
                   return_z_loss, return_token_accuracy):
     """Validates the options shared with fused linear cross entropy; returns them normalized
@@ -277,20 +293,14 @@ def cross_entropy_forward(logits, target, weight, ignore_index, reduction, label
     the gradient of the reduced loss w.r.t. logits, in logits' dtype, written to grad_into
     when given (logits itself for in place)."""
     n_rows, n_cols = logits.shape
-    device = logits.device
-    target = target.contiguous()
-    mean = reduction == "mean"
-    store_z = return_z or lse_square_scale != 0.0
-    scales = reduction_scales(target, ignore_index, weight) \
-        if needs_scales(reduction, return_acc, weight, label_smoothing) else None
-    loss_rows = torch.empty(n_rows, dtype=torch.float32, device=device)
-    z_rows = torch.empty(n_rows, dtype=torch.float32, device=device) if store_z else None
-    acc_rows = torch.empty(n_rows, dtype=torch.float32, device=device) if return_acc else None
+    target, scales, store_z, loss_rows, z_rows, acc_rows = row_buffers(
+        target, logits.device, ignore_index, reduction, weight, label_smoothing,
+        lse_square_scale, return_z, return_acc)
     grad = None
     if need_grad:
         grad = grad_into if grad_into is not None else \
-            torch.empty((n_rows, n_cols), dtype=logits.dtype, device=device)
-    flags = kernel_flags(grad=need_grad, mean=mean, weight=weight is not None,
+            torch.empty((n_rows, n_cols), dtype=logits.dtype, device=logits.device)
+    flags = kernel_flags(grad=need_grad, mean=reduction == "mean", weight=weight is not None,
                          softcap=softcap != 0.0, z=store_z, accuracy=return_acc)
     launch_rows(loss_rows, z_rows, acc_rows, grad, logits, target, weight, scales, None,
                 ignore_index, label_smoothing, lse_square_scale, softcap, flags)

@@ -32,7 +32,7 @@ from ._common import (check_float, check_same_device, check_same_dtype, check_te
 from ._custom_ops import lazy_custom_op
 from .cross_entropy import (CrossEntropyOutput, check_class_weight, check_options,
                             kernel_flags, launch_rows, needs_scales, reduce_rows,
-                            reduction_scales, scale_grad)
+                            reduction_scales, row_buffers, scale_grad)
 
 # Chunk policy (chunk_rows). A chunk's logits, (C, V) in the input dtype, are the op's only
 # memory beyond what Liger-Kernel's fused linear cross entropy also holds (grad_x (BT, H) and
@@ -173,21 +173,15 @@ def fused_linear_cross_entropy_forward(x, weight, target, bias, ce_weight, ignor
     gradients of the reduced loss (None where not needed, and always None for "none")."""
     n_rows, hidden = x.shape
     n_cols = weight.shape[0]
-    device = x.device
-    target = target.contiguous()
-    mean = reduction == "mean"
-    store_z = return_z or lse_square_scale != 0.0
-    scales = reduction_scales(target, ignore_index, ce_weight) \
-        if needs_scales(reduction, return_acc, ce_weight, label_smoothing) else None
-    loss_rows = torch.empty(n_rows, dtype=torch.float32, device=device)
-    z_rows = torch.empty(n_rows, dtype=torch.float32, device=device) if store_z else None
-    acc_rows = torch.empty(n_rows, dtype=torch.float32, device=device) if return_acc else None
+    target, scales, store_z, loss_rows, z_rows, acc_rows = row_buffers(
+        target, x.device, ignore_index, reduction, ce_weight, label_smoothing,
+        lse_square_scale, return_z, return_acc)
     grads = reduction != "none" and (need_dx or need_dw or need_db)
     dx = dw = db = None
     if grads:
         dx, dw, db = _grad_buffers(n_rows, n_cols, hidden, x, weight, bias, accum_dtype,
                                    need_dx, need_dw, need_db)
-    flags = kernel_flags(grad=grads, mean=mean, weight=ce_weight is not None,
+    flags = kernel_flags(grad=grads, mean=reduction == "mean", weight=ce_weight is not None,
                          softcap=softcap != 0.0, z=store_z, accuracy=return_acc,
                          token_scaling=token_scaling)
     step = chunk_rows(n_rows, n_cols, x.element_size(), chunk_size, hidden=hidden)

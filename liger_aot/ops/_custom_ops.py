@@ -120,3 +120,36 @@ def _install_compile_hook():
 
 
 _install_compile_hook()
+
+
+def saved_inputs_autograd(name, forward, backward, bwd_op):
+    """The two autograd paths of a loss op(t0, t1, t2, *args) whose gradient flows to t0
+    alone and whose backward recomputes from the saved t0, t1, t2 (tensors or None) and the
+    non-tensor args: forward(t0, t1, t2, *args) and backward(grad_output, t0, t1, t2, *args)
+    are the op's helpers. Returns (the autograd.Function `name` for eager calls, and the
+    backward and setup_context to register on the forward custom op, whose backward calls
+    bwd_op)."""
+
+    def eager_forward(ctx, t0, t1, t2, *args):
+        ctx.save_for_backward(t0, t1, t2)
+        ctx.args = args
+        return forward(t0, t1, t2, *args)
+
+    def eager_backward(ctx, grad_output):
+        return (backward(grad_output, *ctx.saved_tensors, *ctx.args),
+                *(None for _ in range(2 + len(ctx.args))))
+
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs[:3])
+        ctx.args = tuple(inputs[3:])
+
+    def compiled_backward(ctx, grad_output):
+        return (bwd_op(grad_output, *ctx.saved_tensors, *ctx.args),
+                *(None for _ in range(2 + len(ctx.args))))
+
+    # built with type() so the class, and the autograd node torch derives from it
+    # (grad_fn <name>Backward), carry the op's own name
+    function = type(name, (torch.autograd.Function,), {
+        "forward": staticmethod(eager_forward), "backward": staticmethod(eager_backward),
+        "__module__": forward.__module__})
+    return function, compiled_backward, setup_context

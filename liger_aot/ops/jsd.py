@@ -21,7 +21,7 @@ from liger_aot.runtime import Kernel
 
 from ._common import (check_float, check_same_device, check_same_dtype, check_same_shape,
                       check_tensor, row_stride, rows_view)
-from ._custom_ops import lazy_custom_op
+from ._custom_ops import lazy_custom_op, saved_inputs_autograd
 
 _jsd = Kernel(spec.JSD)
 
@@ -98,20 +98,6 @@ def jsd_backward(grad_output, x, y, labels, beta, ignore_index):
     return dx
 
 
-class JSDFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, y, labels, beta, ignore_index):
-        ctx.save_for_backward(x, y, labels)
-        ctx.beta, ctx.ignore_index = beta, ignore_index
-        return jsd_forward(x, y, labels, beta, ignore_index)
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        x, y, labels = ctx.saved_tensors
-        dx = jsd_backward(grad_output, x, y, labels, ctx.beta, ctx.ignore_index)
-        return dx, None, None, None, None
-
-
 # torch.compile path: the same helpers as custom ops (one graph node each, no graph break).
 @lazy_custom_op("liger_aot::jsd_fwd")
 def jsd_fwd_op(x: torch.Tensor, y: torch.Tensor, labels: Optional[torch.Tensor], beta: float,
@@ -135,18 +121,8 @@ def _(grad_output, x, y, labels, beta, ignore_index):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
-def _setup_context(ctx, inputs, output):
-    x, y, labels, beta, ignore_index = inputs
-    ctx.save_for_backward(x, y, labels)
-    ctx.beta, ctx.ignore_index = beta, ignore_index
-
-
-def _backward(ctx, grad_output):
-    x, y, labels = ctx.saved_tensors
-    return jsd_bwd_op(grad_output, x, y, labels, ctx.beta, ctx.ignore_index), None, None, \
-        None, None
-
-
+JSDFunction, _backward, _setup_context = saved_inputs_autograd(
+    "JSDFunction", jsd_forward, jsd_backward, jsd_bwd_op)
 jsd_fwd_op.register_autograd(_backward, setup_context=_setup_context)
 
 

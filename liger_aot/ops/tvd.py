@@ -20,7 +20,7 @@ from liger_aot.runtime import Kernel
 
 from ._common import (check_float, check_same_device, check_same_dtype, check_same_shape,
                       check_tensor, row_stride, rows_view)
-from ._custom_ops import lazy_custom_op
+from ._custom_ops import lazy_custom_op, saved_inputs_autograd
 from .jsd import check_labels, label_args
 
 _fwd = Kernel(spec.FWD)
@@ -85,20 +85,6 @@ def tvd_backward(grad_output, p, q, labels, reduction, ignore_index):
     return dp
 
 
-class TVDFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, p, q, labels, reduction, ignore_index):
-        ctx.save_for_backward(p, q, labels)
-        ctx.reduction, ctx.ignore_index = reduction, ignore_index
-        return tvd_forward(p, q, labels, reduction, ignore_index)
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        p, q, labels = ctx.saved_tensors
-        dp = tvd_backward(grad_output, p, q, labels, ctx.reduction, ctx.ignore_index)
-        return dp, None, None, None, None
-
-
 # torch.compile path: the same helpers as custom ops (one graph node each, no graph break).
 @lazy_custom_op("liger_aot::tvd_fwd")
 def tvd_fwd_op(p: torch.Tensor, q: torch.Tensor, labels: Optional[torch.Tensor],
@@ -125,18 +111,8 @@ def _(grad_output, p, q, labels, reduction, ignore_index):
     return torch.empty_like(p, memory_format=torch.contiguous_format)
 
 
-def _setup_context(ctx, inputs, output):
-    p, q, labels, reduction, ignore_index = inputs
-    ctx.save_for_backward(p, q, labels)
-    ctx.reduction, ctx.ignore_index = reduction, ignore_index
-
-
-def _backward(ctx, grad_output):
-    p, q, labels = ctx.saved_tensors
-    dp = tvd_bwd_op(grad_output, p, q, labels, ctx.reduction, ctx.ignore_index)
-    return dp, None, None, None, None
-
-
+TVDFunction, _backward, _setup_context = saved_inputs_autograd(
+    "TVDFunction", tvd_forward, tvd_backward, tvd_bwd_op)
 tvd_fwd_op.register_autograd(_backward, setup_context=_setup_context)
 
 

@@ -242,6 +242,22 @@ def check_same_shape(**tensors):
         raise ValueError(f"tensors must have one shape, got {listing}")
 
 
+def param_vector(name: str, t, x: torch.Tensor, n: int, of: str = "x's last dimension",
+                 optional: bool = False):
+    """A per-column parameter (a norm's weight or bias, DyT's gamma or beta) as the kernels
+    read it: checked (floating point, on x's device, shape (n,)) and returned in x's dtype,
+    contiguous; autograd casts its gradient back to t's dtype. An optional one may be None."""
+    if t is None and optional:
+        return None
+    check_float(name, t)
+    check_same_device(x=x, **{name: t})
+    if t.dim() != 1 or t.shape[0] != n:
+        raise ValueError(f"{name} must have shape ({n},) to match {of}, got {tuple(t.shape)}")
+    if t.dtype != x.dtype:
+        t = t.to(x.dtype)
+    return t if t.is_contiguous() else t.contiguous()
+
+
 def check_tensor(name: str, t):
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")

@@ -9,7 +9,8 @@ import torch
 from liger_aot.kernel_src.dyt import spec
 from liger_aot.runtime import Kernel
 
-from ._common import check_float, check_same_device, persistent_grid, row_stride, rows_view
+from ._common import (check_float, check_same_device, param_vector, persistent_grid,
+                      row_stride, rows_view)
 from ._custom_ops import lazy_custom_op
 
 _fwd = Kernel(spec.FWD)
@@ -120,27 +121,16 @@ def dyt(x: torch.Tensor, alpha: torch.Tensor, gamma: torch.Tensor,
     (1,) or ()), gamma (n,), beta (n,) or None."""
     check_float("x", x)
     check_float("alpha", alpha)
-    check_float("gamma", gamma)
-    if beta is not None:
-        check_float("beta", beta)
-    check_same_device(x=x, alpha=alpha, gamma=gamma, beta=beta)
+    check_same_device(x=x, alpha=alpha)
     if x.dim() == 0:
         raise ValueError("x must have at least one dimension, got a 0-d tensor")
     n = x.shape[-1]
     if alpha.numel() != 1:
         raise ValueError(f"alpha must have one element, got shape {tuple(alpha.shape)}")
-    params = {}
-    for name, t in (("gamma", gamma), ("beta", beta)):
-        if t is not None:
-            if t.dim() != 1 or t.shape[0] != n:
-                raise ValueError(f"{name} must have shape ({n},) to match x's last dimension, "
-                                 f"got {tuple(t.shape)}")
-            # kernels read parameters in x's dtype; autograd casts their gradients back
-            if t.dtype != x.dtype or not t.is_contiguous():
-                t = t.to(x.dtype).contiguous()
-        params[name] = t
+    gamma = param_vector("gamma", gamma, x, n)
+    beta = param_vector("beta", beta, x, n, optional=True)
     if alpha.dtype != x.dtype:
         alpha = alpha.to(x.dtype)
     if torch.compiler.is_compiling():
-        return dyt_fwd_op(x, alpha, params["gamma"], params["beta"])
-    return DyTFunction.apply(x, alpha, params["gamma"], params["beta"])
+        return dyt_fwd_op(x, alpha, gamma, beta)
+    return DyTFunction.apply(x, alpha, gamma, beta)

@@ -10,7 +10,7 @@ import torch
 from liger_aot.kernel_src.group_norm import spec
 from liger_aot.runtime import Kernel
 
-from ._common import check_float, check_same_device
+from ._common import check_float, param_vector
 from ._custom_ops import lazy_custom_op
 
 _fwd = Kernel(spec.FWD)
@@ -134,10 +134,6 @@ def group_norm(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
     channels, then weight[c] * xhat + bias[c] (bias may be None). Liger-Kernel's argument
     order: (X, affine_scaling_weight, affine_shifting_bias, num_channels, num_groups, eps)."""
     check_float("x", x)
-    check_float("weight", weight)
-    if bias is not None:
-        check_float("bias", bias)
-    check_same_device(x=x, weight=weight, bias=bias)
     if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 1:
         raise ValueError(f"num_groups must be a positive int, got {num_groups!r}")
     if x.dim() < 2:
@@ -151,17 +147,9 @@ def group_norm(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
     if math.prod(x.shape[2:]) * (num_channels // num_groups) > _INT32_MAX:
         raise ValueError(f"a group of x holds more than 2^31 - 1 elements (shape "
                          f"{tuple(x.shape)}, num_groups {num_groups})")
-    params = {}
-    for name, t in (("weight", weight), ("bias", bias)):
-        if t is not None:
-            if t.dim() != 1 or t.shape[0] != num_channels:
-                raise ValueError(f"{name} must have shape ({num_channels},), got "
-                                 f"{tuple(t.shape)}")
-            # kernels read parameters in x's dtype; autograd casts their gradients back
-            if t.dtype != x.dtype or not t.is_contiguous():
-                t = t.to(x.dtype).contiguous()
-        params[name] = t
+    weight = param_vector("weight", weight, x, num_channels, of="num_channels")
+    bias = param_vector("bias", bias, x, num_channels, of="num_channels",
+                        optional=True)
     if torch.compiler.is_compiling():
-        return group_norm_fwd_op(x, params["weight"], params["bias"], num_groups,
-                                 float(eps))[0]
-    return GroupNormFunction.apply(x, params["weight"], params["bias"], num_groups, eps)
+        return group_norm_fwd_op(x, weight, bias, num_groups, float(eps))[0]
+    return GroupNormFunction.apply(x, weight, bias, num_groups, eps)

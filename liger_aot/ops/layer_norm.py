@@ -12,9 +12,10 @@ from liger_aot.kernel_src.spec import grouped_grid
 from liger_aot.runtime import Kernel
 from liger_aot.runtime._env import grouped_norm_backward, grouped_norm_forward
 
-from ._common import (block_grid, check_float, check_same_device, grouped_backward_applies,
+from ._common import (block_grid, check_float, grouped_backward_applies,
                       grouped_backward_buffers, grouped_layout_applies, multiprocessor_count,
-                      norm_backward_grid, row_stride, rows_view, weight_grad_buffers)
+                      norm_backward_grid, param_vector, row_stride, rows_view,
+                      weight_grad_buffers)
 from ._custom_ops import lazy_custom_op
 
 _fwd = Kernel(spec.FWD)
@@ -169,17 +170,6 @@ def _backward_op(ctx, dy, _dmean, _drstd):
 layer_norm_fwd_op.register_autograd(_backward_op, setup_context=_setup_context)
 
 
-def _as_param(name, t, x, n):
-    check_float(name, t)
-    check_same_device(x=x, **{name: t})
-    if t.dim() != 1 or t.shape[0] != n:
-        raise ValueError(f"{name} must have shape ({n},) to match x's last dimension, "
-                         f"got {tuple(t.shape)}")
-    if t.dtype != x.dtype:  # kernels read parameters in x's dtype; autograd casts grads back
-        t = t.to(x.dtype)
-    return t if t.is_contiguous() else t.contiguous()
-
-
 def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
                eps: float = 1e-6) -> torch.Tensor:
     """LayerNorm over the last dimension of x with weight (n,) and optional bias (n,):
@@ -188,9 +178,8 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
     if x.dim() == 0:
         raise ValueError("x must have at least one dimension, got a 0-d tensor")
     n = x.shape[-1]
-    weight = _as_param("weight", weight, x, n)
-    if bias is not None:
-        bias = _as_param("bias", bias, x, n)
+    weight = param_vector("weight", weight, x, n)
+    bias = param_vector("bias", bias, x, n, optional=True)
     if torch.compiler.is_compiling():
         return layer_norm_fwd_op(x, weight, bias, float(eps))[0]
     return LayerNormFunction.apply(x, weight, bias, eps)

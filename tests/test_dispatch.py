@@ -666,6 +666,38 @@ def test_launcher_values_count_and_shared_code(stub_cuda):
 
 
 @pytest.mark.parametrize("entry", ENTRIES)
+def test_launcher_makes_its_device_current(entry, stub_cuda, monkeypatch):
+    """Called while another device is current, a launcher launches inside
+    torch.cuda.device(its device) and leaves the caller's device current afterwards."""
+    stub = stub_cuda
+    current, entered = [1], []
+
+    class DeviceContext:
+        def __init__(self, index):
+            self.index = index
+
+        def __enter__(self):
+            entered.append(self.index)
+            self.saved, current[0] = current[0], self.index
+
+        def __exit__(self, *exc):
+            current[0] = self.saved
+
+    monkeypatch.setattr(driver, "_get_device", lambda: current[0])
+    monkeypatch.setattr(driver.torch.cuda, "device", DeviceContext)
+    spec = next(s for s in SPECS if s.name == "swiglu_fwd")
+    launch = _stub_launcher(stub, spec, entry)  # binds the patched device getter
+    args = base_args(spec)
+    values = tuple(a.ptr if isinstance(a, FakeTensor) else a for a in args)
+    launch((4,), values, args)
+    assert entered == [0] and current == [1] and stub.calls == 1
+    assert bytes(stub.params[:8 * stub.nparams]) == _expected_params(spec, values)
+    current[0] = 0
+    launch((4,), values, args)  # already current: no switch
+    assert entered == [0] and stub.calls == 2
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
 def test_launcher_driver_errors(entry, stub_cuda):
     stub = stub_cuda
     spec = next(s for s in SPECS if s.name == "swiglu_fwd")

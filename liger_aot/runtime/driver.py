@@ -178,31 +178,49 @@ def Launcher(module: LoadedModule, name: str, type_string: str, num_warps: int, 
     function = module.function(name, shared)
     n = len(type_string)
     visible = type_string[:n - len(HIDDEN_PARAMS)]
+    count = len(visible)
     buffer = ctypes.create_string_buffer(8 * n)  # zero-filled: hidden pointers stay NULL
     base = ctypes.addressof(buffer)
+    params = (ctypes.c_void_p * n)(*[base + 8 * i for i in range(n)])
+    function_p = ctypes.c_void_p(function)
+    device, threads = module.device_index, num_warps * warp_size
+    get_stream = _get_stream  # bound now, as the generated code binds it
     streams = {}  # raw stream handle -> c_void_p, see _stream_pointer
 
-    def fail(rc, grid):
-        raise LaunchError(f"liger_aot: launching {name} on grid {tuple(grid)} failed: "
-                          f"error {rc} ({api().error_string(rc)})")
+    # The rare paths, out of the generated code (smaller code compiles faster):
+    def on_device(grid, values):  # called while another device is current
+        with torch.cuda.device(device):
+            return flat(grid, *values)
+
+    def launch_checked(gx, gy, gz, stream):  # a grid value the unchecked call cannot convert
+        return a.launch(function, gx, gy, gz, threads, 1, 1, shared, stream, params, None)
+
+    def retry_or_fail(rc, grid, gx, gy, gz):
+        if rc == _CUDA_ERROR_INVALID_CONTEXT and a.backend == "cuda":
+            a.make_context_current(device)  # a thread torch never set up
+            stream = get_stream(device)
+            try:
+                rc = a.launch_unchecked(function_p, gx, gy, gz, threads, 1, 1, shared,
+                                        _stream_pointer(streams, stream), params, None)
+            except ctypes.ArgumentError:
+                rc = launch_checked(gx, gy, gz, stream)
+        if rc:
+            raise LaunchError(f"liger_aot: launching {name} on grid {tuple(grid)} failed: "
+                              f"error {rc} ({api().error_string(rc)})")
 
     def bad_argument(e, values):
         raise LaunchError(f"liger_aot: bad argument for kernel {name}: {e} "
                           f"(values {values})") from None
 
     namespace = {
-        "torch": torch, "ctypes": ctypes, "struct": struct,
+        "ctypes": ctypes, "struct": struct,
         "pack": struct.Struct("<" + "".join(_SLOT_FORMAT[c] for c in visible)).pack_into,
-        "buffer": buffer, "params": (ctypes.c_void_p * n)(*[base + 8 * i for i in range(n)]),
-        "launch_c": a.launch_unchecked, "launch_checked": a.launch,
-        "function": function, "function_p": ctypes.c_void_p(function),
-        "device": module.device_index, "threads": num_warps * warp_size, "shared": shared,
-        "get_device": _get_device, "get_stream": _get_stream, "streams": streams,
-        "stream_pointer": _stream_pointer, "retry_context": a.backend == "cuda",
-        "make_context_current": a.make_context_current, "invalid_context":
-        _CUDA_ERROR_INVALID_CONTEXT, "fail": fail, "bad_argument": bad_argument,
+        "buffer": buffer, "params": params, "launch_c": a.launch_unchecked,
+        "launch_checked": launch_checked, "function_p": function_p, "device": device,
+        "threads": threads, "shared": shared, "get_device": _get_device,
+        "get_stream": get_stream, "streams": streams, "stream_pointer": _stream_pointer,
+        "on_device": on_device, "retry_or_fail": retry_or_fail, "bad_argument": bad_argument,
     }
-    count = len(visible)
     exec(_flat_code(count), namespace)  # noqa: S102 - source built from a count
     flat = namespace["flat"]
 
@@ -219,12 +237,12 @@ def Launcher(module: LoadedModule, name: str, type_string: str, num_warps: int, 
     return launch
 
 
-# The body of a launcher's flat entry point, flat(grid, v0, v1, ...). Names not defined here
-# are constants of the launcher (Launcher's namespace).
+# The body of a launcher's flat entry point, flat(grid, v0, v1, ...): the launch path only,
+# the rare paths are the launcher's closures. Names not defined here are constants of the
+# launcher (Launcher's namespace).
 _FLAT_BODY = """
     if get_device() != device:
-        with torch.cuda.device(device):
-            return flat(grid, VS)
+        return on_device(grid, (VS,))
     k = len(grid)
     gx = grid[0]
     gy = grid[1] if k > 1 else 1
@@ -242,26 +260,16 @@ _FLAT_BODY = """
     try:
         rc = launch_c(function_p, gx, gy, gz, threads, 1, 1, shared, sp, params, None)
     except ctypes.ArgumentError:  # raised before the call: nothing was launched
-        rc = launch_checked(function, gx, gy, gz, threads, 1, 1, shared, stream, params, None)
+        rc = launch_checked(gx, gy, gz, stream)
     if rc:
-        if rc == invalid_context and retry_context:
-            make_context_current(device)  # a thread torch never set up
-            stream = get_stream(device)
-            try:
-                rc = launch_c(function_p, gx, gy, gz, threads, 1, 1, shared,
-                              stream_pointer(streams, stream), params, None)
-            except ctypes.ArgumentError:
-                rc = launch_checked(function, gx, gy, gz, threads, 1, 1, shared, stream,
-                                    params, None)
-        if rc:
-            fail(rc, grid)
+        retry_or_fail(rc, grid, gx, gy, gz)
 """
 
 
 def _flat_source(count: int) -> str:
     vs = ", ".join(f"v{i}" for i in range(count))
     header = f"def flat(grid{', ' if count else ''}{vs}):"
-    # with no values, "(VS,)" must still be an empty tuple and the calls take no values
+    # with no values, "(VS,)" must still be an empty tuple and pack takes no values
     return header + (_FLAT_BODY.replace("(VS,)", f"({vs},)" if count else "()")
                      .replace(", VS", f", {vs}" if count else ""))
 

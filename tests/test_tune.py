@@ -721,8 +721,8 @@ def _interpreted_once(candidates):
 @pytest.mark.slow
 def test_every_candidate_computes_the_reference():
     """The candidate generators yield only configs the kernels compute correctly (checked
-    in the interpreter against the torch references, as the GPU run checks them), each set
-    of constexprs once and but for the exact-length twins (see _interpreted_once)."""
+    in the interpreter against the torch references, as the GPU run checks them): each set
+    of constexprs once, the exact-length twins left out (see _interpreted_once)."""
     cases = {name: dataclasses.replace(case, shapes=WIDER[name], also_rows=None,
                                        candidates=_interpreted_once(case.candidates))
              for name, case in tune.CASES.items()}

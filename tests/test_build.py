@@ -28,7 +28,7 @@ from liger_aot.cli import main as cli_main
 from liger_aot.kernel_src import all_specs
 from liger_aot.kernel_src.spec import HIDDEN_PARAMS, family_source_sha256
 
-from _artifacts import environ, session_triton_cache, shared_build
+from _artifacts import environ, needs_shared_build, session_triton_cache, shared_build
 
 REPO = Path(__file__).resolve().parents[1]
 ALL_ARCHS = ("sm80", "sm90", "gfx90a", "gfx942")
@@ -36,6 +36,7 @@ ALL_ARCHS = ("sm80", "sm90", "gfx90a", "gfx942")
 VARIANTS = {arch: {v.name: v for spec in all_specs() for v in spec.variants(arch)}
             for arch in ALL_ARCHS}
 N_VARIANTS = {arch: len(variants) for arch, variants in VARIANTS.items()}
+uses_shared = needs_shared_build(*ALL_ARCHS)  # every test with the `shared` fixture
 
 
 @pytest.fixture(scope="session")
@@ -93,6 +94,7 @@ def _manifest(directory: Path) -> dict:
 
 # -- every arch builds; binaries are for the right target ----------------------------------
 
+@uses_shared
 @pytest.mark.slow
 def test_all_archs_build(shared):
     root, results = shared
@@ -126,6 +128,7 @@ CUDA_ARCH_SPECIFIC = 0x800  # the "a" of sm_90a
 AMDGPU_MACH = {"gfx90a": 0x3F, "gfx942": 0x4C}
 
 
+@uses_shared
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ALL_ARCHS)
 def test_binaries_target_their_arch(shared, arch):
@@ -162,6 +165,7 @@ def _cuobjdump():
     return path if path.is_file() and os.access(path, os.X_OK) else None
 
 
+@uses_shared
 @pytest.mark.slow
 @pytest.mark.skipif(_cuobjdump() is None, reason="Triton's cuobjdump is not available")
 @pytest.mark.parametrize("arch,expected", [("sm90", "90a"), ("sm80", "80")])
@@ -175,6 +179,7 @@ def test_cuobjdump_reports_target(shared, arch, expected):
     assert sms and set(sms) == {expected}, out.stdout[:500]
 
 
+@uses_shared
 @pytest.mark.slow
 def test_alignment_hints_reach_the_compiler(shared):
     """a16 and any variants compile to different code for most specs: the divisibility
@@ -197,6 +202,7 @@ def test_alignment_hints_reach_the_compiler(shared):
 
 # -- manifest contents ----------------------------------------------------------------------
 
+@uses_shared
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ALL_ARCHS)
 def test_manifest_contents(shared, arch):
@@ -250,6 +256,7 @@ def test_manifest_contents(shared, arch):
 
 # -- incremental builds ---------------------------------------------------------------------
 
+@uses_shared
 @pytest.mark.slow
 def test_rebuild_compiles_nothing(shared, tmp_path_factory):
     root, _ = shared
@@ -265,6 +272,7 @@ def test_rebuild_compiles_nothing(shared, tmp_path_factory):
         assert (root / arch / "manifest.json").read_bytes() == manifests[arch]
 
 
+@uses_shared
 @pytest.mark.slow
 def test_cli_rebuild_says_up_to_date(shared, tmp_path_factory, tmp_path):
     root, _ = shared
@@ -300,6 +308,7 @@ def _damage(directory: Path, entry: dict, how: str):
         raise AssertionError(how)
 
 
+@uses_shared
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["deleted", "truncated", "flipped", "meta_garbage",
                                  "meta_deleted"])
@@ -333,6 +342,7 @@ def test_damaged_variant_is_recompiled(shared, tmp_path_factory, tmp_path, how):
     assert not [p for p in directory.iterdir() if p.name.startswith(".tmp-")]
 
 
+@uses_shared
 @pytest.mark.slow
 def test_stale_binaries_are_removed(shared, tmp_path_factory, tmp_path):
     root, _ = shared
@@ -367,6 +377,7 @@ def _written(directory, suffix: str) -> list:
     return [p for p in directory.glob("*" + suffix) if not p.name.startswith(".tmp-")]
 
 
+@uses_shared
 @pytest.mark.slow
 def test_interrupted_build_recovers(shared, tmp_path_factory, tmp_path):
     arch = "sm80"
@@ -425,6 +436,7 @@ def test_interrupted_build_recovers(shared, tmp_path_factory, tmp_path):
     assert f"{N_VARIANTS[arch]} ok, 0 bad, 0 of the specs' variants absent" in check.stdout
 
 
+@uses_shared
 @pytest.mark.slow
 def test_concurrent_builds_share_the_work(shared, tmp_path_factory, tmp_path):
     """Two builds of one arch into the same empty root at once. To make them meet on the

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from _artifacts import shared_build
+from _artifacts import needs_shared_build, shared_build
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "benchmarks", "first_call_cost.py")
@@ -22,6 +22,7 @@ def _run(*args):
                           timeout=900, env=env)
 
 
+@needs_shared_build("sm80", "sm90")
 @pytest.mark.slow
 def test_first_call_cost_over_a_build(tmp_path_factory, tmp_path):
     root, _ = shared_build(tmp_path_factory, ("sm80", "sm90"))  # test_integrity's build

@@ -21,9 +21,10 @@ from liger_aot.cli import main as cli_main
 from liger_aot.kernel_src import all_specs
 from liger_aot.runtime import Kernel, MissingVariantError
 
-from _artifacts import shared_build
+from _artifacts import needs_shared_build, shared_build
 
-pytestmark = pytest.mark.slow  # needs a build of sm90 and sm80 (shared with test_build.py)
+# needs a build of sm90 and sm80 (shared with test_build.py)
+pytestmark = [pytest.mark.slow, needs_shared_build("sm80", "sm90")]
 
 SPEC = all_specs()[0]
 OPTIONS = tuple((name, SPEC.options[name][0]) for name in sorted(SPEC.options))

@@ -18,12 +18,12 @@ import pytest
 import liger_aot
 from liger_aot.kernel_src import FAMILIES, all_specs
 
-from _artifacts import session_triton_cache, shared_build
-
-pytestmark = pytest.mark.slow  # builds artifacts (shared with test_build.py) and a venv
+from _artifacts import needs_shared_build, session_triton_cache, shared_build
 
 REPO = Path(__file__).resolve().parents[1]
 ARCHS = ("sm90", "sm80")
+# builds artifacts (shared with test_build.py) and a venv
+pytestmark = [pytest.mark.slow, needs_shared_build(*ARCHS)]
 VERSION = liger_aot.__version__
 N_VARIANTS = {arch: sum(1 for spec in all_specs() for _ in spec.variants(arch)) for arch in ARCHS}
 

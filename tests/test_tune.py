@@ -360,23 +360,29 @@ def test_norm_forwards_offer_each_whole_row_pass1_with_its_length_compiled_in():
 
 
 @pytest.mark.parametrize("name", ["rms_norm_fwd", "layer_norm_fwd"])
-def test_norm_forwards_offer_a_whole_row_pass1_from_8k(name):
+def test_norm_forwards_offer_a_whole_row_pass1_from_4k(name):
     case = tune.CASES[name]
-    for bucket in (4096, 8192, 16384, 32768, 65536):
+    for bucket in (2048, 4096, 8192, 16384, 32768, 65536):
         wide = [c for c in case.candidates(bucket) if "PASS1_BLOCK" in c.constexprs]
-        assert bool(wide) == (bucket >= 8192), bucket
+        assert bool(wide) == (bucket >= 4096), bucket
         if bucket == 65536:  # 32 warps only: 16 would be 128 elements a thread
             assert {c.num_warps for c in wide} == {32}
-        # pass 2 by 2048 columns on 8 warps too (session 19: LayerNorm 8K's best tile)
+        # pass 2 by 2048 columns on 8 warps too (session 19: LayerNorm 8K's best tile;
+        # session 26: the 4K forwards' best)
         assert any(c.constexprs["BLOCK_N"] == 2048 and c.num_warps == 8 for c in wide) == \
-            (8192 <= bucket <= 16384), bucket
+            (4096 <= bucket <= 16384), bucket
     if name == "rms_norm_fwd":
         assert not [c for c in case.candidates(32768, True) if "PASS1_BLOCK" in c.constexprs]
+        # the fused residual keeps BLOCK_N chunks in pass 1: at 4K, looped rows by 2048
+        looped = {(c.constexprs["BLOCK_M"], c.constexprs["BLOCK_N"], c.num_warps)
+                  for c in case.candidates(4096, True) if c.constexprs["LOOP"]}
+        assert looped == {(1, 2048, 8)}
     # two rows a program (w and b read once for both), where the pair is 64 a thread at most
     pairs = {b: {(c.constexprs["BLOCK_N"], c.num_warps) for c in case.candidates(b)
                  if "PASS1_BLOCK" in c.constexprs and c.constexprs["BLOCK_M"] == 2}
-             for b in (8192, 32768, 65536)}
-    assert pairs == {8192: {(2048, 8), (2048, 16), (4096, 8), (4096, 16), (4096, 32)},
+             for b in (4096, 8192, 32768, 65536)}
+    assert pairs == {4096: {(2048, 8), (2048, 16)},
+                     8192: {(2048, 8), (2048, 16), (4096, 8), (4096, 16), (4096, 32)},
                      32768: {(4096, 32), (8192, 32), (16384, 32)}, 65536: set()}
 
 

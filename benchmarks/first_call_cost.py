@@ -44,23 +44,33 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# the launch shapes of end_to_end.py's models: hidden, intermediate, q heads, kv heads, head
-# dim, vocab, gated activation, RMSNorm offset and casting, final logit softcap
-MODELS = {
-    "llama3_8b": dict(hidden=4096, intermediate=14336, heads=32, kv_heads=8, head_dim=128,
-                      vocab=128256, act="swiglu", offset=0.0, casting="llama", softcap=None),
-    "qwen2_5_0_5b": dict(hidden=896, intermediate=4864, heads=14, kv_heads=2, head_dim=64,
-                         vocab=151936, act="swiglu", offset=0.0, casting="llama",
-                         softcap=None),
-    "gemma2_2b": dict(hidden=2304, intermediate=9216, heads=8, kv_heads=4, head_dim=256,
-                      vocab=256000, act="geglu", offset=1.0, casting="gemma", softcap=30.0),
-}
+# how a model's gated activation (its config's) maps to liger-aot's fused MLP op
+GATED_OPS = {"silu": "swiglu", "gelu_pytorch_tanh": "geglu"}
 OPS = ("rms_norm", "rope", "mlp", "linear_ce")
 TOKENS = 16  # rows a call: the variants depend on the row length, not on the row count
 LINEAR_CE_HIDDEN = 64
 
 
-def child(model: str) -> dict:
+def launch_shape(model: str) -> dict:
+    """The launch shapes of end_to_end.py's `model` (its MODELS entry), as its patched step
+    calls the ops: sizes and softcap from the model's config, the RMSNorm offset and casting
+    from liger-aot's patch table for its model type. Computed in the parent: the patch
+    table's import would fall inside the child's timed import."""
+    import end_to_end
+    from liger_aot.transformers.monkey_patch import _RMS_STYLE, MODEL_PATCHES
+
+    spec = end_to_end.MODELS[model]
+    c = spec["config"]
+    offset, casting = _RMS_STYLE[MODEL_PATCHES[spec["model_type"]].rms_norm_style]
+    activation = c.get("hidden_act") or c.get("hidden_activation")
+    return dict(hidden=c["hidden_size"], intermediate=c["intermediate_size"],
+                heads=c["num_attention_heads"], kv_heads=c["num_key_value_heads"],
+                head_dim=c.get("head_dim", c["hidden_size"] // c["num_attention_heads"]),
+                vocab=c["vocab_size"], act=GATED_OPS[activation], offset=offset,
+                casting=casting, softcap=c.get("final_logit_softcapping"))
+
+
+def child(shape: dict) -> dict:
     t_start = time.perf_counter()
     import torch
     import torch._dynamo  # noqa: F401  (what a patched HF model has imported)
@@ -68,7 +78,6 @@ def child(model: str) -> dict:
     # torch's own first-use costs, which an eager step pays as well
     w = torch.randn(8, 8, dtype=torch.bfloat16, requires_grad=True)
     (w @ w).float().sum().backward()
-    shape = MODELS[model]
     result = {"torch": (time.perf_counter() - t_start) * 1e3}
 
     t = time.perf_counter()
@@ -189,9 +198,10 @@ def run_children(args) -> list:
                LIGER_AOT_STRICT="1", PYTHONPATH=os.pathsep.join(
                    p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
     env.pop("TRITON_INTERPRET", None)
+    shape = json.dumps(launch_shape(args.model))
     runs = []
     for i in range(args.repeats):
-        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", args.model],
+        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", shape],
                               env=env, capture_output=True, text=True, timeout=600)
         if proc.returncode != 0:
             raise SystemExit(f"child {i + 1} failed (rc {proc.returncode}):\n{proc.stderr}")
@@ -202,16 +212,18 @@ def run_children(args) -> list:
 
 
 def main(argv=None):
+    import end_to_end  # the models; its module level imports the standard library alone
+
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--artifacts", help="artifact root holding sm90/manifest.json")
-    parser.add_argument("--model", default="qwen2_5_0_5b", choices=sorted(MODELS))
+    parser.add_argument("--model", default="qwen2_5_0_5b", choices=sorted(end_to_end.MODELS))
     parser.add_argument("--repeats", type=int, default=5, help="fresh processes (default 5)")
     parser.add_argument("--out", default="first_call_cost_out")
-    parser.add_argument("--child", metavar="MODEL", help=argparse.SUPPRESS)
+    parser.add_argument("--child", metavar="SHAPE_JSON", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.child)))
+        print(json.dumps(child(json.loads(args.child))))
         return
     if not args.artifacts:
         parser.error("--artifacts is required (a `liger-aot build --arch sm90 --out DIR` root)")
@@ -221,8 +233,7 @@ def main(argv=None):
                      f"`liger-aot build --arch sm90 --out {args.artifacts}`")
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
-    import end_to_end  # the same byte-compilation as end_to_end.py's children get
-
+    # the same byte-compilation as end_to_end.py's children get
     print("byte-compiled:", end_to_end.byte_compile_libraries(["liger-aot"]), flush=True)
     runs = run_children(args)
     keys = list(runs[0])

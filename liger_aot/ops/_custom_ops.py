@@ -135,21 +135,20 @@ def saved_inputs_autograd(name, forward, backward, bwd_op):
         ctx.args = args
         return forward(t0, t1, t2, *args)
 
-    def eager_backward(ctx, grad_output):
-        return (backward(grad_output, *ctx.saved_tensors, *ctx.args),
-                *(None for _ in range(2 + len(ctx.args))))
-
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(*inputs[:3])
         ctx.args = tuple(inputs[3:])
 
-    def compiled_backward(ctx, grad_output):
-        return (bwd_op(grad_output, *ctx.saved_tensors, *ctx.args),
-                *(None for _ in range(2 + len(ctx.args))))
+    def backward_through(grad_of_t0):  # a gradient for t0, None for the other inputs
+        def backward_of_saved(ctx, grad_output):
+            return (grad_of_t0(grad_output, *ctx.saved_tensors, *ctx.args),
+                    *(None for _ in range(2 + len(ctx.args))))
+        return backward_of_saved
 
     # built with type() so the class, and the autograd node torch derives from it
     # (grad_fn <name>Backward), carry the op's own name
     function = type(name, (torch.autograd.Function,), {
-        "forward": staticmethod(eager_forward), "backward": staticmethod(eager_backward),
+        "forward": staticmethod(eager_forward),
+        "backward": staticmethod(backward_through(backward)),
         "__module__": forward.__module__})
-    return function, compiled_backward, setup_context
+    return function, backward_through(bwd_op), setup_context

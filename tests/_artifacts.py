@@ -53,6 +53,10 @@ def session_triton_cache(tmp_path_factory) -> Path:
     return Path(chosen) if chosen else tmp_path_factory.getbasetemp() / "triton-cache"
 
 
+def _shared_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.getbasetemp() / "liger-aot-shared"
+
+
 def _shared_env(tmp_path_factory) -> dict:
     base = tmp_path_factory.getbasetemp()
     return {"TRITON_CACHE_DIR": session_triton_cache(tmp_path_factory),
@@ -65,7 +69,7 @@ def start_background_build(tmp_path_factory, archs) -> None:
     running beside it share the cores, so none idles while either has work left. Its output
     goes to a log beside the root."""
     base = tmp_path_factory.getbasetemp()
-    root = base / "liger-aot-shared"
+    root = _shared_root(tmp_path_factory)
     if root in _background:
         return
     env = dict(os.environ)
@@ -83,7 +87,7 @@ def start_background_build(tmp_path_factory, archs) -> None:
 
 def _wait_for_background(root: Path) -> None:
     child = _background.get(root)
-    if child is None or child.poll() is not None:
+    if child is None:
         return
     try:
         child.wait(timeout=PREBUILD_WAIT_S)
@@ -111,7 +115,7 @@ def shared_build(tmp_path_factory, archs):
     """Build `archs` into the session's shared artifact root (a no-op for archs another
     module or the background build already built). Returns (root, [ArchResult])."""
     base = tmp_path_factory.getbasetemp()
-    root = base / "liger-aot-shared"
+    root = _shared_root(tmp_path_factory)
     _wait_for_background(root)
     with FileLock(str(base / "liger-aot-shared.lock")):
         with environ(**_shared_env(tmp_path_factory)):

@@ -565,6 +565,9 @@ def test_partial_tune_to_a_new_file_is_a_whole_table(tables, tmp_path, monkeypat
            "swiglu_bwd": {"n_cols=8192": {"config": {"a": 3}}}}
     tune.write_table(str(committed), "sm90", old, {})
     measured = {"rms_norm_fwd": {"n_cols=1024,residual=False": {"config": {"a": 4}}}}
+    # run() drops TRITON_INTERPRET when triton is not yet imported, which would leave the
+    # interpreter tests that follow (this file run alone) with compiled kernels and no GPU
+    import triton  # noqa: F401
     monkeypatch.setattr(tune, "gpu_for", lambda arch: (0, "fake GPU"))
     monkeypatch.setattr(tune, "tune", lambda *a, **k: (measured, []))
     monkeypatch.setattr(tune, "format_results", lambda results: "")

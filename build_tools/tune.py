@@ -467,9 +467,12 @@ def _suite_rows_if_more(n: int) -> tuple:
 # DRAM's (Nsight Compute, session 20); the tune that followed kept one row for LayerNorm at
 # 16K-32K and took two for RMSNorm at 8K. Looped rows from 4K (8K before): with the whole-row
 # pass 1 and pass 2 by 2048 columns on 8 warps, 16384 x 4096 read RMSNorm in 0.0683 ms and
-# LayerNorm in 0.0693 against 0.0722 and 0.0756 on the whole-row tiles (H200, session 26).
-_FWD_LIMITS = {"max_tile": 32768, "whole_row_max": 32768, "loop_from": 4096,
-               "loop_warps": (8, 16, 32), "loop_blocks": (2048, 4096, 8192, 16384),
+# LayerNorm in 0.0693 against 0.0722 and 0.0756 on the whole-row tiles (H200, session 26);
+# from 1K (session 27), with pass 2 by 512 and 1024 columns on 2 and 4 warps, the same
+# 8-16 elements a thread as the 4K winner's.
+_FWD_LIMITS = {"max_tile": 32768, "whole_row_max": 32768, "loop_from": 1024,
+               "loop_warps": (2, 4, 8, 16, 32),
+               "loop_blocks": (512, 1024, 2048, 4096, 8192, 16384),
                "loop_pass1": 64, "launches": forward_launches,
                "whole_row_warps": (1, 2, 4, 8, 16, 32), "pass1_rows": (1, 2),
                "exact_pass1": True}

@@ -279,7 +279,7 @@ def test_build_compiles_the_tuned_configs(tables, tmp_path, tmp_path_factory, mo
 FLAG_WHOLE_ROW_MAX = {"rms_norm_fwd": rms.RESIDUAL_MAX_BLOCK_N,
                       "rms_norm_bwd": rms.DRES_MAX_BLOCK_N}
 LOOP_ROWS = {"rms_norm_bwd", "layer_norm_bwd"}  # looped kernels that take BLOCK_M rows a step
-SMALL_WARPS = {"rms_norm_fwd", "layer_norm_fwd"}  # whole rows also on 1-2 warps
+SMALL_WARPS = {"rms_norm_fwd", "layer_norm_fwd"}  # rows also on 1-2 warps
 
 
 @pytest.mark.parametrize("name", list(tune.CASES))
@@ -302,10 +302,12 @@ def test_candidates_are_configs_the_kernel_supports(name):
                 else:
                     assert EXACT_KEY not in c.constexprs, c.tag
                 m, n = c.constexprs["BLOCK_M"], c.constexprs["BLOCK_N"]
-                if c.num_warps < 4:  # the forwards' whole rows on 1-2 warps, one program a block
+                if c.num_warps < 4:  # the forwards' rows on 1-2 warps, one program a block
                     assert name in SMALL_WARPS and c.num_warps in (1, 2), c.tag
-                    assert not c.constexprs["LOOP"] and c.constexprs["PROGRAMS_PER_SM"] == 0
-                    assert 8 <= m * n // (32 * c.num_warps) <= 64, c.tag  # elements a thread
+                    assert c.constexprs["PROGRAMS_PER_SM"] == 0, c.tag
+                    # elements a thread: whole rows up to 64, looped rows (from 1K) 8-32
+                    top = 32 if c.constexprs["LOOP"] else 64
+                    assert 8 <= m * n // (32 * c.num_warps) <= top, c.tag
                 else:
                     assert c.num_warps in (4, 8, 16, 32), c.tag
                     assert 8 <= m * n // (32 * c.num_warps) <= 32, c.tag
@@ -360,29 +362,39 @@ def test_norm_forwards_offer_each_whole_row_pass1_with_its_length_compiled_in():
 
 
 @pytest.mark.parametrize("name", ["rms_norm_fwd", "layer_norm_fwd"])
-def test_norm_forwards_offer_a_whole_row_pass1_from_4k(name):
+def test_norm_forwards_offer_a_whole_row_pass1_from_1k(name):
     case = tune.CASES[name]
-    for bucket in (2048, 4096, 8192, 16384, 32768, 65536):
+    for bucket in (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536):
         wide = [c for c in case.candidates(bucket) if "PASS1_BLOCK" in c.constexprs]
-        assert bool(wide) == (bucket >= 4096), bucket
+        assert bool(wide) == (bucket >= 1024), bucket
         if bucket == 65536:  # 32 warps only: 16 would be 128 elements a thread
             assert {c.num_warps for c in wide} == {32}
-        # pass 2 by 2048 columns on 8 warps too (session 19: LayerNorm 8K's best tile;
-        # session 26: the 4K forwards' best)
+        if bucket < 1024:
+            continue
+        # one row, pass 2 by half the row at 8 elements a thread, as the 4K forwards' best
+        # (session 26: 2048 columns on 8 warps): 512 on 2 warps at 1K, 1024 on 4 at 2K
+        half = bucket // 2
+        assert any(c.constexprs["BLOCK_M"] == 1 and c.constexprs["BLOCK_N"] == half
+                   and c.num_warps == min(half // 256, 32) for c in wide) == \
+            (bucket <= 32768), bucket
+        # pass 2 by 2048 columns on 8 warps too (session 19: LayerNorm 8K's best tile)
         assert any(c.constexprs["BLOCK_N"] == 2048 and c.num_warps == 8 for c in wide) == \
             (4096 <= bucket <= 16384), bucket
     if name == "rms_norm_fwd":
         assert not [c for c in case.candidates(32768, True) if "PASS1_BLOCK" in c.constexprs]
-        # the fused residual keeps BLOCK_N chunks in pass 1: at 4K, looped rows by 2048
+        # the fused residual keeps BLOCK_N chunks in pass 1: at 4K, looped rows by 512-2048
         looped = {(c.constexprs["BLOCK_M"], c.constexprs["BLOCK_N"], c.num_warps)
                   for c in case.candidates(4096, True) if c.constexprs["LOOP"]}
-        assert looped == {(1, 2048, 8)}
+        assert looped == {(1, 512, 2), (1, 1024, 2), (1, 1024, 4), (1, 2048, 2),
+                          (1, 2048, 4), (1, 2048, 8)}
     # two rows a program (w and b read once for both), where the pair is 64 a thread at most
     pairs = {b: {(c.constexprs["BLOCK_N"], c.num_warps) for c in case.candidates(b)
                  if "PASS1_BLOCK" in c.constexprs and c.constexprs["BLOCK_M"] == 2}
-             for b in (4096, 8192, 32768, 65536)}
-    assert pairs == {4096: {(2048, 8), (2048, 16)},
-                     8192: {(2048, 8), (2048, 16), (4096, 8), (4096, 16), (4096, 32)},
+             for b in (1024, 2048, 8192, 32768, 65536)}
+    assert pairs == {1024: {(512, 2), (512, 4)},
+                     2048: {(512, 2), (512, 4), (1024, 2), (1024, 4), (1024, 8)},
+                     8192: {(1024, 8), (2048, 8), (2048, 16), (4096, 8), (4096, 16),
+                            (4096, 32)},
                      32768: {(4096, 32), (8192, 32), (16384, 32)}, 65536: set()}
 
 
@@ -393,7 +405,7 @@ def test_norm_forwards_offer_a_row_on_one_warp(name):
     case = tune.CASES[name]
     def small(bucket):
         return {(c.constexprs["BLOCK_M"], c.num_warps) for c in case.candidates(bucket)
-                if c.num_warps < 4}
+                if c.num_warps < 4 and not c.constexprs["LOOP"]}
     assert small(1024) == {(1, 1), (1, 2), (2, 1), (2, 2), (4, 2)}
     assert small(2048) == {(1, 1), (1, 2), (2, 2)}
     assert small(4096) == {(1, 2)}

@@ -371,8 +371,9 @@ def test_norm_forwards_offer_a_whole_row_pass1_from_1k(name):
             assert {c.num_warps for c in wide} == {32}
         if bucket < 1024:
             continue
-        # one row, pass 2 by half the row at 8 elements a thread, as the 4K forwards' best
-        # (session 26: 2048 columns on 8 warps): 512 on 2 warps at 1K, 1024 on 4 at 2K
+        # one row, pass 2 by half the row at 8 elements a thread (16 at 32K, on 32 warps),
+        # as the 4K forwards' best (session 26: 2048 columns on 8 warps): 512 columns on 2
+        # warps at 1K, 1024 on 4 at 2K
         half = bucket // 2
         assert any(c.constexprs["BLOCK_M"] == 1 and c.constexprs["BLOCK_N"] == half
                    and c.num_warps == min(half // 256, 32) for c in wide) == \

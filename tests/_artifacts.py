@@ -57,6 +57,12 @@ def _shared_root(tmp_path_factory) -> Path:
     return tmp_path_factory.getbasetemp() / "liger-aot-shared"
 
 
+def _build_jobs() -> int:
+    """Compile workers of the shared build, in the background child and in-process alike:
+    one a core, at least two."""
+    return max(2, os.cpu_count() or 1)
+
+
 def _shared_env(tmp_path_factory) -> dict:
     base = tmp_path_factory.getbasetemp()
     return {"TRITON_CACHE_DIR": session_triton_cache(tmp_path_factory),
@@ -65,9 +71,9 @@ def _shared_env(tmp_path_factory) -> dict:
 
 def start_background_build(tmp_path_factory, archs) -> None:
     """Start `liger-aot build` of `archs` into the shared root in a child process. It gets
-    as many compile workers as the in-process build (one a core, at least two): the tests
-    running beside it share the cores, so none idles while either has work left. Its output
-    goes to a log beside the root."""
+    as many compile workers as the in-process build (_build_jobs): the tests running beside
+    it share the cores, so none idles while either has work left. Its output goes to a log
+    beside the root."""
     base = tmp_path_factory.getbasetemp()
     root = _shared_root(tmp_path_factory)
     if root in _background:
@@ -76,11 +82,10 @@ def start_background_build(tmp_path_factory, archs) -> None:
     env.update({k: str(v) for k, v in _shared_env(tmp_path_factory).items()})
     env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO), env.get("PYTHONPATH"))))
     env.pop("TRITON_INTERPRET", None)  # a build never runs a kernel
-    jobs = max(2, os.cpu_count() or 1)
     with open(base / "liger-aot-shared-background.log", "wb") as log:
         _background[root] = subprocess.Popen(
             [sys.executable, "-m", "liger_aot", "build", "--arch", ",".join(archs),
-             "--out", str(root), "--jobs", str(jobs)],
+             "--out", str(root), "--jobs", str(_build_jobs())],
             env=env, cwd=str(base), stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True)  # its own process group, so stop_* ends its workers too
 
@@ -121,7 +126,7 @@ def shared_build(tmp_path_factory, archs):
         with environ(**_shared_env(tmp_path_factory)):
             messages = []
             try:
-                results = aot.build(list(archs), str(root), jobs=max(2, os.cpu_count() or 1),
+                results = aot.build(list(archs), str(root), jobs=_build_jobs(),
                                     log=messages.append)
             except Exception as e:
                 raise AssertionError(f"the shared build failed: {e}\n" + "\n".join(messages))

@@ -47,20 +47,24 @@ def load_table(arch: str) -> tuple:
     with _lock:
         found = _tables.get(arch)
         if found is None:
-            path = table_path(arch)
             try:
-                with open(path, "rb") as f:
-                    data = f.read()
+                found = read_table(table_path(arch), arch)
             except FileNotFoundError:
                 found = (None, None)
-            else:
-                try:
-                    table = json.loads(data)
-                except ValueError as e:
-                    raise ValueError(f"{path}: not JSON ({e})") from None
-                found = (hashlib.sha256(data).hexdigest(), _checked(table, arch, path))
             _tables[arch] = found
         return found
+
+
+def read_table(path: str, arch: str) -> tuple:
+    """(sha256, parsed table) of the table file at `path`, checked to be `arch`'s. A missing
+    file raises FileNotFoundError, a malformed one ValueError naming the file."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        table = json.loads(data)
+    except ValueError as e:
+        raise ValueError(f"{path}: not JSON ({e})") from None
+    return hashlib.sha256(data).hexdigest(), _checked(table, arch, path)
 
 
 def table_sha256(arch: str) -> str | None:

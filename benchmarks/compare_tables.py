@@ -1,0 +1,277 @@
+"""Two tuned tables side by side: the norm forwards timed on the build of each.
+
+`liger-aot tune` measures each bucket at its power of two; the bucket's entry also serves
+every row length down to the next power of two (an exact-length entry through its inexact
+twin), which is where models' hidden sizes fall (Qwen2.5-0.5B's 896, Gemma-2-2B's 2304).
+Before a new table is committed this says what it changes there. Each table is staged in
+its own copy of the sources (liger_aot, kernel_src, build_tools, benchmarks) under --work,
+built into its own artifact set, checked to be the set the runtime will use with that
+table, and then timed by benchmarks/experiment_norm_size.py (the suite's CUDA-graph timer,
+liger-aot only, LIGER_AOT_STRICT=1 so that nothing JIT-compiles) in fresh processes
+alternating A B B A ..., so that a drift of the GPU's clocks falls on both tables alike.
+
+  python benchmarks/compare_tables.py --base OLD.json [--new NEW.json] [--arch sm90]
+      [--ops rms_norm,layer_norm] [--ns 896,1024,...] [--rounds 2] [--jobs 16]
+      [--work DIR] [--out DIR] [--dry-run]
+
+An old table: `git show <rev>:kernel_src/tuned/sm90.json > old.json`. Prints a table of
+medians by op and row length and writes compare_tables.csv under --out.
+"""
+import argparse
+import csv
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from kernel_src import tuning  # noqa: E402
+
+STAGED = ("liger_aot", "kernel_src", "build_tools", "benchmarks")  # what a build and a run need
+STAGE_MARK = ".compare_tables_stage"  # names the table; stage() replaces only marked directories
+# Hidden sizes of common models: Qwen2.5 0.5B / 1.5B / 7B / 14B, Llama-3.2 1B / 3B, Gemma-2
+# 2B, Llama-3 8B / 70B; with the powers of two the tuner measured.
+MODEL_NS = "896,1024,1536,2048,2304,3072,3584,4096,5120,8192"
+LABELS = ("base", "new")
+FIELDS = ("op", "n", "base_ms", "new_ms", "change_pct", "base_pct_of_copy",
+          "new_pct_of_copy", "base_runs", "new_runs")
+# the checks the child runs after the build (see verify_command)
+VERIFY = """\
+import os, sys
+import liger_aot
+from liger_aot.kernel_src import tuning
+from liger_aot.runtime import registry
+stage, arch = sys.argv[1], sys.argv[2]
+if not os.path.realpath(liger_aot.__file__).startswith(os.path.realpath(stage) + os.sep):
+    sys.exit(f"liger_aot imported from {liger_aot.__file__}, not from the stage {stage}")
+sets = registry.artifact_sets(arch)
+if not sets or sets[0].source != "env" or sets[0].manifest is None:
+    sys.exit(f"the build under LIGER_AOT_ARTIFACT_DIR is not the first usable {arch} set")
+if sets[0].manifest.get("tuned_sha256") != tuning.table_sha256(arch):
+    sys.exit(f"{sets[0].manifest_path} was not built with {tuning.table_path(arch)}")
+print(f"{stage}: {arch} set {sets[0].directory}, table {tuning.table_sha256(arch)[:12]}")
+"""
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                epilog="An old table: git show <rev>:kernel_src/tuned/sm90.json "
+                                       "> old.json",
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--base", required=True, help="the table to compare against (a file)")
+    p.add_argument("--new", help="the candidate table (default: this checkout's "
+                                 "kernel_src/tuned/<arch>.json)")
+    p.add_argument("--arch", default="sm90", help="the arch both tables are for (default sm90)")
+    p.add_argument("--ops", default="rms_norm,layer_norm,fused_add_rms_norm",
+                   help="norm cases of benchmarks/suite.py")
+    p.add_argument("--ns", default=MODEL_NS,
+                   help=f"row lengths (default: common models' hidden sizes, {MODEL_NS})")
+    p.add_argument("--log2-elements", type=int, default=26,
+                   help="M*N = 2^k elements a timing (default 26, the suite's)")
+    p.add_argument("--rounds", type=int, default=2,
+                   help="timed processes per table, alternating A B B A ... (default 2)")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 2,
+                   help="compile processes per build (default: the CPU count)")
+    p.add_argument("--work", default=os.path.join(os.environ.get("TMPDIR", "/tmp"),
+                                                  "liger_aot_compare_tables"),
+                   help="where the staged sources and builds go (kept: a second run "
+                        "reuses the builds)")
+    p.add_argument("--out", default=os.environ.get("OUT", "."), help="where the CSV goes")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check the tables and print the commands without running them")
+    args = p.parse_args(argv)
+    if args.rounds < 1:
+        p.error("--rounds: at least 1")
+    if args.jobs < 1:
+        p.error("--jobs: at least 1")
+    try:
+        ns = [int(n) for n in args.ns.split(",")]
+    except ValueError:
+        p.error(f"--ns: {args.ns!r} is not a comma-separated list of row lengths")
+    if any(n < 1 for n in ns):
+        p.error("--ns: row lengths must be positive")
+    if any(2**args.log2_elements < n for n in ns):
+        p.error(f"--ns: a row of more than 2^{args.log2_elements} elements")
+    args.new = args.new or tuning.table_path(args.arch)
+    args.work = os.path.abspath(args.work)
+    for name in ("base", "new"):
+        try:
+            tuning.read_table(getattr(args, name), args.arch)
+        except FileNotFoundError:
+            p.error(f"--{name}: {getattr(args, name)}: no such file")
+        except ValueError as e:
+            p.error(f"--{name}: {e}")
+    if tuning.read_table(args.base, args.arch)[0] == tuning.read_table(args.new, args.arch)[0]:
+        p.error("--base and --new are the same table: nothing to compare")
+    return args
+
+
+def stage(table: str, directory: str, arch: str):
+    """A copy of the sources under `directory` with `table` as the arch's tuned table.
+    liger_aot's links to kernel_src and build_tools stay links, into the copy. A directory
+    left by an earlier run is replaced; any other is refused, never deleted."""
+    if os.path.lexists(directory):
+        if not os.path.isfile(os.path.join(directory, STAGE_MARK)):
+            raise SystemExit(f"{directory} exists and is not a stage of this script: "
+                             "choose another --work")
+        shutil.rmtree(directory)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in STAGED:
+        shutil.copytree(os.path.join(ROOT, name), os.path.join(directory, name),
+                        symlinks=True, ignore=ignore)
+    shutil.copyfile(table, os.path.join(directory, "kernel_src", "tuned", f"{arch}.json"))
+    with open(os.path.join(directory, STAGE_MARK), "w") as f:
+        f.write(f"{os.path.abspath(table)}\n")
+
+
+def child_env(stage_dir: str, artifacts: str) -> dict:
+    env = dict(os.environ, LIGER_AOT_ARTIFACT_DIR=artifacts, LIGER_AOT_STRICT="1",
+               LIGER_AOT_IGNORE_CACHE="1")
+    env["PYTHONPATH"] = os.pathsep.join(
+        [stage_dir] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
+
+
+def stage_dir(args, label: str) -> str:
+    return os.path.join(args.work, f"stage-{label}")
+
+
+def artifact_dir(args, label: str) -> str:
+    return os.path.join(args.work, f"artifacts-{label}")
+
+
+def commands(args, label: str, round_index: int) -> dict:
+    """The build, verify and timing commands of one table (argv lists, run in its stage)."""
+    stage, artifacts = stage_dir(args, label), artifact_dir(args, label)
+    return {
+        "build": [sys.executable, "-m", "liger_aot", "build", "--arch", args.arch,
+                  "--out", artifacts, "--jobs", str(args.jobs)],
+        "verify": [sys.executable, "-c", VERIFY, stage, args.arch],
+        "time": [sys.executable, os.path.join(stage, "benchmarks", "experiment_norm_size.py"),
+                 "--log2-elements", str(args.log2_elements), "--timers", "suite",
+                 "--ops", args.ops, "--ns", args.ns, "--paths", "liger-aot",
+                 "--out", os.path.join(stage, f"round{round_index}")],
+    }
+
+
+def run_order(rounds: int) -> list:
+    """(label, round) in timing order: A B, B A, A B, ..."""
+    order = []
+    for r in range(rounds):
+        pair = LABELS if r % 2 == 0 else LABELS[::-1]
+        order += [(label, r) for label in pair]
+    return order
+
+
+def read_rounds(path: str) -> list:
+    """The liger-aot rows of one round's norm_size.csv."""
+    with open(path, newline="") as f:
+        return [row for row in csv.DictReader(f) if row["path"] == "liger-aot"]
+
+
+def merge(rounds: dict) -> list:
+    """{label: [rows of each round]} -> one record per (op, n): median ms and % of copy of
+    each table over its rounds, and the new table's change in time. A result that is not
+    `ok` in any round (a failed check, an error) leaves that table's figures empty."""
+    figures = {}
+    for label, tables in rounds.items():
+        for rows in tables:
+            for row in rows:
+                key = (row["op"], int(row["n"]))
+                entry = figures.setdefault(key, {}).setdefault(label, {"ms": [], "pct": [],
+                                                                       "bad": False})
+                if row["status"] != "ok":
+                    entry["bad"] = True
+                else:
+                    entry["ms"].append(float(row["ms"]))
+                    entry["pct"].append(float(row["pct_of_2gib_copy"]))
+    records = []
+    for (op, n), by_label in figures.items():
+        record = {"op": op, "n": n}
+        for label in LABELS:
+            entry = by_label.get(label, {"ms": [], "pct": [], "bad": True})
+            ok = not entry["bad"] and entry["ms"]
+            record[f"{label}_ms"] = statistics.median(entry["ms"]) if ok else None
+            record[f"{label}_pct_of_copy"] = statistics.median(entry["pct"]) if ok else None
+            record[f"{label}_runs"] = len(entry["ms"])
+        base, new = record["base_ms"], record["new_ms"]
+        record["change_pct"] = 100 * (new / base - 1) if base and new else None
+        records.append(record)
+    return records
+
+
+def table_lines(records: list) -> list:
+    def fmt(value, spec):  # spec ending in % appends the sign, not format's percent
+        if value is None:
+            return "-"
+        return format(value, spec[:-1]) + "%" if spec.endswith("%") else format(value, spec)
+
+    lines = ["| op | N | base ms | new ms | change | base % of copy | new % of copy |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in records:
+        lines.append(f"| {r['op']} | {r['n']} | {fmt(r['base_ms'], '.4f')} | "
+                     f"{fmt(r['new_ms'], '.4f')} | {fmt(r['change_pct'], '+.1f%')} | "
+                     f"{fmt(r['base_pct_of_copy'], '.1f')} | {fmt(r['new_pct_of_copy'], '.1f')} |")
+    return lines
+
+
+def write_csv(records: list, path: str):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS)
+        w.writeheader()
+        w.writerows(records)
+
+
+def shown(argv: list) -> str:
+    return " ".join("<verify script>" if "\n" in a else a for a in argv)
+
+
+def run_in_stage(args, label: str, argv: list):
+    stage = stage_dir(args, label)
+    print(f"+ [{label}] {shown(argv)}", flush=True)
+    try:
+        subprocess.run(argv, cwd=stage, env=child_env(stage, artifact_dir(args, label)),
+                       check=True)
+    except subprocess.CalledProcessError as e:
+        raise SystemExit(f"[{label}] exit status {e.returncode}: {shown(argv)}") from None
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    tables = {"base": args.base, "new": args.new}
+    for label in LABELS:
+        sha = tuning.read_table(tables[label], args.arch)[0]
+        print(f"{label}: {tables[label]} (sha256 {sha[:12]})")
+    if args.dry_run:
+        for label in LABELS:
+            cmds = commands(args, label, 0)
+            print(f"[{label}] stage {stage_dir(args, label)}\n[{label}] {shown(cmds['build'])}"
+                  f"\n[{label}] {shown(cmds['verify'])}")
+        for label, r in run_order(args.rounds):
+            print(f"[{label}] round {r}: {shown(commands(args, label, r)['time'])}")
+        return
+    os.makedirs(args.out, exist_ok=True)
+    for label in LABELS:
+        stage(tables[label], stage_dir(args, label), args.arch)
+        cmds = commands(args, label, 0)
+        run_in_stage(args, label, cmds["build"])
+        run_in_stage(args, label, cmds["verify"])
+    rounds = {label: [] for label in LABELS}
+    for label, r in run_order(args.rounds):
+        cmd = commands(args, label, r)["time"]
+        run_in_stage(args, label, cmd)
+        rounds[label].append(read_rounds(os.path.join(cmd[-1], "norm_size.csv")))
+    records = merge(rounds)
+    print(f"\nbase {args.base} against new {args.new}, {args.arch}, 2^{args.log2_elements} "
+          f"elements, medians of {args.rounds} round(s), the suite's graph timer:")
+    print("\n".join(table_lines(records)))
+    path = os.path.join(args.out, "compare_tables.csv")
+    write_csv(records, path)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

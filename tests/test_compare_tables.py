@@ -1,0 +1,183 @@
+"""benchmarks/compare_tables.py without a GPU: its arguments, the staged sources, the check
+that a build is the one of its table (on the session's shared sm90 build), the A B B A order,
+and main's bookkeeping with the build and the timing replaced by stand-ins."""
+import csv
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from _artifacts import needs_shared_build, shared_build
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "benchmarks", "compare_tables.py")
+TABLE = os.path.join(ROOT, "kernel_src", "tuned", "sm90.json")
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("bench_compare_tables", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+C = _load()
+
+
+def _other_table(tmp_path, name="other.json"):
+    """The committed sm90 table with another device string: the same configs, other bytes."""
+    with open(TABLE) as f:
+        table = json.load(f)
+    table["device"] = "another GPU"
+    path = tmp_path / name
+    path.write_text(json.dumps(table))
+    return str(path)
+
+
+def _error(capsys, argv) -> str:
+    with pytest.raises(SystemExit) as e:
+        C.parse_args(argv)
+    assert e.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_arguments_refused_with_reasons(tmp_path, capsys):
+    other = _other_table(tmp_path)
+    assert "same table" in _error(capsys, ["--base", TABLE])
+    assert "no such file" in _error(capsys, ["--base", str(tmp_path / "missing.json")])
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    assert "not JSON" in _error(capsys, ["--base", str(bad)])
+    assert "not 'sm80'" in _error(capsys, ["--base", other, "--arch", "sm80", "--new", TABLE])
+    assert "--rounds: at least 1" in _error(capsys, ["--base", other, "--rounds", "0"])
+    assert "--jobs: at least 1" in _error(capsys, ["--base", other, "--jobs", "0"])
+    assert "not a comma-separated" in _error(capsys, ["--base", other, "--ns", "1024,x"])
+    assert "positive" in _error(capsys, ["--base", other, "--ns", "0"])
+    assert "more than 2^10" in _error(capsys, ["--base", other, "--ns", "2048",
+                                               "--log2-elements", "10"])
+    args = C.parse_args(["--base", other, "--work", "rel"])
+    assert args.new == TABLE and os.path.isabs(args.work) and args.rounds == 2
+
+
+def test_help_and_dry_run_need_no_gpu(tmp_path):
+    out = subprocess.run([sys.executable, SCRIPT, "--help"], capture_output=True, text=True,
+                         check=True).stdout
+    assert "--base" in out and "git show" in out
+    out = subprocess.run([sys.executable, SCRIPT, "--base", _other_table(tmp_path), "--dry-run",
+                          "--work", str(tmp_path / "w"), "--rounds", "2"],
+                         capture_output=True, text=True, check=True).stdout
+    assert [line.split(":")[0] for line in out.splitlines() if " round " in line] == [
+        "[base] round 0", "[new] round 0", "[new] round 1", "[base] round 1"]
+    assert not (tmp_path / "w").exists()  # a dry run stages nothing
+
+
+def test_run_order_alternates():
+    assert C.run_order(1) == [("base", 0), ("new", 0)]
+    assert C.run_order(3) == [("base", 0), ("new", 0), ("new", 1), ("base", 1), ("base", 2),
+                              ("new", 2)]
+
+
+def _row(op, n, ms, status="ok", path="liger-aot"):
+    return {"op": op, "n": str(n), "path": path, "status": status, "ms": str(ms),
+            "pct_of_2gib_copy": str(round(6.29 / ms, 3))}
+
+
+def test_merge_takes_medians_and_drops_failed_results():
+    rounds = {
+        "base": [[_row("rms_norm", 896, 0.070), _row("layer_norm", 896, 0.080)],
+                 [_row("rms_norm", 896, 0.072), _row("layer_norm", 896, 0.082)],
+                 [_row("rms_norm", 896, 0.090), _row("layer_norm", 896, 0.081)]],
+        "new": [[_row("rms_norm", 896, 0.0692), _row("layer_norm", 896, float("nan"),
+                                                     status="wrong: rel. error 1e-1")]],
+    }
+    rms, ln = C.merge(rounds)
+    assert (rms["op"], rms["n"]) == ("rms_norm", 896)
+    assert rms["base_ms"] == pytest.approx(0.072) and rms["new_ms"] == pytest.approx(0.0692)
+    assert rms["change_pct"] == pytest.approx(100 * (0.0692 / 0.072 - 1))
+    assert rms["base_pct_of_copy"] == pytest.approx(6.29 / 0.072, abs=1e-3)
+    assert (rms["base_runs"], rms["new_runs"]) == (3, 1)
+    assert ln["base_ms"] == pytest.approx(0.081)
+    assert ln["new_ms"] is None and ln["change_pct"] is None and ln["new_runs"] == 0
+    lines = C.table_lines([rms, ln])
+    assert lines[2].startswith("| rms_norm | 896 | 0.0720 | 0.0692 | -3.9% |")
+    assert "| 0.0810 | - | - |" in lines[3]
+
+
+def test_stage_copies_the_sources_with_the_table(tmp_path):
+    other = _other_table(tmp_path)
+    stage = tmp_path / "stage-base"
+    C.stage(other, str(stage), "sm90")
+    staged = stage / "liger_aot" / "kernel_src" / "tuned" / "sm90.json"  # through the link
+    assert os.path.realpath(staged) == os.path.realpath(stage / "kernel_src/tuned/sm90.json")
+    assert staged.read_text() == open(other).read()
+    assert (stage / "benchmarks" / "experiment_norm_size.py").is_file()
+    assert not list(stage.rglob("__pycache__"))
+    C.stage(TABLE, str(stage), "sm90")  # a stage of this script is replaced
+    assert staged.read_text() == open(TABLE).read()
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "keep.txt").write_text("mine")
+    with pytest.raises(SystemExit, match="not a stage of this script"):
+        C.stage(TABLE, str(foreign), "sm90")
+    assert (foreign / "keep.txt").read_text() == "mine"
+
+
+def _verify(stage, artifacts):
+    env = C.child_env(str(stage), str(artifacts))
+    return subprocess.run([sys.executable, "-c", C.VERIFY, str(stage), "sm90"], cwd=str(stage),
+                          env=env, capture_output=True, text=True)
+
+
+@needs_shared_build("sm90")
+def test_verify_accepts_only_the_build_of_its_table(tmp_path_factory, tmp_path):
+    root, _ = shared_build(tmp_path_factory, ("sm90",))  # built with the committed table
+    C.stage(TABLE, str(tmp_path / "same"), "sm90")
+    done = _verify(tmp_path / "same", root)
+    assert done.returncode == 0, done.stderr
+    C.stage(_other_table(tmp_path), str(tmp_path / "other"), "sm90")
+    done = _verify(tmp_path / "other", root)
+    assert done.returncode == 1 and "was not built with" in done.stderr
+    done = _verify(tmp_path / "same", tmp_path / "no-build")
+    assert done.returncode == 1 and "not the first usable sm90 set" in done.stderr
+
+
+FAKE_TIMING = """\
+import csv, os, sys
+out = sys.argv[sys.argv.index("--out") + 1]
+os.makedirs(out)
+ms = {"stage-base": 0.0720, "stage-new": 0.0700}[os.path.basename(os.getcwd())]
+with open(os.path.join(out, "norm_size.csv"), "w", newline="") as f:
+    w = csv.writer(f)
+    w.writerow(["log2_elements", "timer", "op", "n", "path", "status", "ms", "pct_of_2gib_copy",
+                "pct_of_same_size_neg"])
+    w.writerow([26, "suite", "neg", "", "", "ok", 0.068, 92.0, 100.0])
+    w.writerow([26, "suite", "rms_norm", 896, "liger-aot", "ok", ms, 6.29 / ms, 0])
+"""
+
+
+def test_main_stages_runs_in_order_and_writes_the_comparison(tmp_path, monkeypatch, capsys):
+    calls, real_commands = [], C.commands
+
+    def fake_commands(args, label, round_index):
+        real = real_commands(args, label, round_index)
+        calls.append((label, round_index))
+        return {"build": [sys.executable, "-c", "pass"], "verify": real["verify"][:2] + ["pass"],
+                "time": [sys.executable, "-c", FAKE_TIMING] + real["time"][2:]}
+
+    monkeypatch.setattr(C, "commands", fake_commands)
+    out = tmp_path / "out"
+    C.main(["--base", _other_table(tmp_path), "--work", str(tmp_path / "w"), "--out", str(out),
+            "--ops", "rms_norm", "--ns", "896"])
+    printed = capsys.readouterr().out
+    assert "| rms_norm | 896 | 0.0720 | 0.0700 | -2.8% |" in printed
+    with open(out / "compare_tables.csv", newline="") as f:
+        (row,) = list(csv.DictReader(f))
+    assert (row["base_runs"], row["new_runs"]) == ("2", "2")
+    assert float(row["change_pct"]) == pytest.approx(100 * (0.07 / 0.072 - 1))
+    # staged and built first, then timed A B B A
+    assert calls[-4:] == [("base", 0), ("new", 0), ("new", 1), ("base", 1)]
+    for label in ("base", "new"):
+        assert (tmp_path / "w" / f"stage-{label}" / "round1" / "norm_size.csv").is_file()

@@ -18,11 +18,21 @@ checked against the fp32 reference first). Rates count the suite's bytes (x read
 written: 4 bytes an element; 8 for the fused add) and are printed as % of the suite's
 ceiling (a 2 GiB copy through do_bench) and of the `neg` copy of the same size and timer.
 
+With two sizes or more, each timing is also split into a fixed cost and a rate: a least-
+squares line through (bytes, ms) per timer, op, row length and path, ms = fixed + bytes /
+rate. The rate is the kernel's streaming speed; the fixed cost is what a call pays whatever
+its size (the flush's dirty lines, the launch, the grid's ramp and its last rows' latency).
+For each it prints the fixed cost under which the suite's size (2^26) would reach 90% of the
+ceiling at that rate. `--fit CSV` prints the same split of an earlier run's norm_size.csv
+(no GPU needed).
+
   python benchmarks/experiment_norm_size.py [--log2-elements 26,28] [--timers suite,clean]
       [--ops rms_norm,layer_norm,fused_add_rms_norm] [--ns 1024,...,65536]
       [--paths liger-aot,torch.compile,liger-kernel] [--out DIR]
+  python benchmarks/experiment_norm_size.py --fit DIR/norm_size.csv [--out DIR]
 
-Writes norm_size.csv (one row per size, timer, op, row length and path) under --out.
+Writes norm_size.csv (one row per size, timer, op, row length and path) and, with two sizes
+or more, norm_size_fit.csv (one row per timer, op, row length and path) under --out.
 """
 import argparse
 import csv
@@ -85,6 +95,90 @@ def reference_rates(k: int, timers: Timers, names) -> dict:
     return rates
 
 
+SUITE_LOG2 = 26  # the suite's size, 2^26 elements
+TARGET = 0.90  # the issue's share of the copy ceiling
+FIT_FIELDS = ("timer", "op", "n", "path", "sizes", "fixed_us", "rate_tbps", "rate_pct_of_copy",
+              "suite_size_pct_of_copy", "fixed_us_for_target")
+
+
+def bytes_per_element(op: str) -> int:
+    """The suite's count: x read and y written (the copies: one read, one write), and the
+    fused add's r read and s written besides."""
+    return 8 if op == "fused_add_rms_norm" else 4
+
+
+def fit_fixed_and_rate(records: list, ceiling: float) -> list:
+    """One record per (timer, op, n, path) timed ok at two sizes or more: the least-squares
+    line ms = fixed + bytes / rate through its timings (bytes_per_element), and at that rate
+    the fixed cost under which 2^26 elements reach TARGET of `ceiling` (bytes a second)."""
+    groups = {}
+    for r in records:
+        # copy_ is a memcpy node, 2.7 TB/s at 512 MiB: not a line through the sizes
+        if r["op"] == "copy_" or r["status"] != "ok" or not math.isfinite(float(r["ms"])):
+            continue
+        key = (r["timer"], r["op"], str(r["n"]), r["path"])
+        nbytes = bytes_per_element(r["op"]) * 2**int(r["log2_elements"])
+        groups.setdefault(key, []).append((nbytes, float(r["ms"]) * 1e-3))
+    fits = []
+    for (timer, op, n, path), points in groups.items():
+        if len({round(b) for b, _ in points}) < 2:
+            continue
+        xs, ts = [b for b, _ in points], [t for _, t in points]
+        x_mean, t_mean = statistics.fmean(xs), statistics.fmean(ts)
+        slope = (sum((x - x_mean) * (t - t_mean) for x, t in zip(xs, ts))
+                 / sum((x - x_mean) ** 2 for x in xs))  # seconds a byte
+        fixed = t_mean - slope * x_mean
+        suite_bytes = bytes_per_element(op) * 2**SUITE_LOG2
+        suite_time = fixed + slope * suite_bytes
+        fits.append({"timer": timer, "op": op, "n": n, "path": path, "sizes": len(points),
+                     "fixed_us": fixed * 1e6, "rate_tbps": 1 / slope / 1e12,
+                     "rate_pct_of_copy": 100 / slope / ceiling,
+                     "suite_size_pct_of_copy": 100 * suite_bytes / suite_time / ceiling,
+                     "fixed_us_for_target": (suite_bytes / (TARGET * ceiling)
+                                             - slope * suite_bytes) * 1e6})
+    return fits
+
+
+def fit_lines(fits: list) -> list:
+    lines = [f"{'timer':5} {'op':18} {'N':>6} {'path':13} {'fixed':>8} {'rate':>10} "
+             f"{'% copy':>6} {'at 2^26':>7} {'fixed for 90% at 2^26':>22}"]
+    for f in fits:
+        lines.append(f"{f['timer']:5} {f['op']:18} {f['n']:>6} {f['path']:13} "
+                     f"{f['fixed_us']:6.2f}us {f['rate_tbps']:6.2f}TB/s "
+                     f"{f['rate_pct_of_copy']:6.1f} {f['suite_size_pct_of_copy']:6.1f}% "
+                     f"{f['fixed_us_for_target']:20.2f}us")
+    return lines
+
+
+def write_fits(fits: list, out: str) -> str:
+    path = os.path.join(out, "norm_size_fit.csv")
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIT_FIELDS)
+        w.writeheader()
+        w.writerows(fits)
+    return path
+
+
+def refit(csv_path: str, out: str):
+    """--fit: the fixed-cost split of an earlier run's norm_size.csv. The ceiling is
+    recovered from its neg rows (their ms and % of the 2 GiB copy)."""
+    with open(csv_path, newline="") as f:
+        records = list(csv.DictReader(f))
+    refs = [r for r in records if r["op"] == "neg" and r["status"] == "ok"]
+    if not refs:
+        raise SystemExit(f"--fit: {csv_path} has no neg rows (not a norm_size.csv?)")
+    r = refs[0]
+    ceiling = 4 * 2**int(r["log2_elements"]) / (float(r["ms"]) * 1e-3) / (
+        float(r["pct_of_2gib_copy"]) / 100)
+    fits = fit_fixed_and_rate(records, ceiling)
+    if not fits:
+        raise SystemExit(f"--fit: {csv_path} times nothing at two sizes")
+    print(f"{csv_path}: ceiling (2 GiB copy) {ceiling / 1e12:.2f} TB/s")
+    print("\n".join(fit_lines(fits)))
+    os.makedirs(out, exist_ok=True)
+    print(f"wrote {write_fits(fits, out)}")
+
+
 def forward_check(setup, path_fn, dtype) -> float:
     """The largest relative error of a path's forward outputs against the fp32 formula."""
     gen = torch.Generator(device="cuda")
@@ -105,7 +199,11 @@ def main(argv=None):
     p.add_argument("--ns", default="1024,2048,4096,8192,16384,32768,65536")
     p.add_argument("--paths", default="liger-aot,torch.compile,liger-kernel")
     p.add_argument("--out", default=os.environ.get("OUT", "."))
+    p.add_argument("--fit", metavar="CSV",
+                   help="only split an earlier run's norm_size.csv into fixed cost and rate")
     args = p.parse_args(argv)
+    if args.fit:
+        return refit(args.fit, args.out)
     sizes = [int(k) for k in args.log2_elements.split(",")]
     ns = [int(n) for n in args.ns.split(",")]
     ops, paths = args.ops.split(","), args.paths.split(",")
@@ -185,6 +283,10 @@ def main(argv=None):
         w.writeheader()
         w.writerows(records)
     print(f"wrote {path}")
+    fits = fit_fixed_and_rate(records, big)
+    if fits:
+        print("\n".join(fit_lines(fits)))
+        print(f"wrote {write_fits(fits, args.out)}")
 
 
 if __name__ == "__main__":

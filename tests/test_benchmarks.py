@@ -16,15 +16,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "benchmarks", "suite.py")
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("bench_suite", SCRIPT)
+def _load_script(name):
+    """benchmarks/<name>.py as module bench_<name>."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}",
+                                                  os.path.join(ROOT, "benchmarks", f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
 
-K = _load()
+K = _load_script("suite")
 BF16 = 2
 
 
@@ -402,6 +404,58 @@ def test_experiment_norm_size_arguments():
         done = subprocess.run([sys.executable, script, *args], capture_output=True, text=True,
                               timeout=600)
         assert done.returncode != 0 and words in done.stderr, (args, done.stderr[-2000:])
+
+
+def test_experiment_norm_size_fit_recovers_a_line():
+    """The fixed-cost split: timings made from a known line (fixed 7 us, 4.3 TB/s) at three
+    sizes give that line back; one size, a failed timing and copy_ give no fit."""
+    size = _load_script("experiment_norm_size")
+    ceiling, fixed, rate = 4.27e12, 7e-6, 4.3e12
+
+    def row(k, op, n, ms, status="ok", path="liger-aot"):
+        return {"log2_elements": k, "timer": "suite", "op": op, "n": n, "path": path,
+                "status": status, "ms": ms}
+
+    records = [row(k, "rms_norm", 4096, (fixed + 4 * 2**k / rate) * 1e3) for k in (24, 26, 28)]
+    records += [row(k, "fused_add_rms_norm", 4096, (fixed + 8 * 2**k / rate) * 1e3)
+                for k in (26, 28)]
+    records += [row(26, "layer_norm", 4096, 0.07),  # one size only
+                row(26, "copy_", "", 0.068, path=""), row(28, "copy_", "", 0.4, path=""),
+                row(26, "rms_norm", 4096, math.nan, "wrong: rel. error 1e-1", "torch.compile"),
+                row(28, "rms_norm", 4096, 0.3, path="torch.compile")]
+    fits = {f["op"]: f for f in size.fit_fixed_and_rate(records, ceiling)}
+    assert set(fits) == {"rms_norm", "fused_add_rms_norm"}
+    for op, per_element in (("rms_norm", 4), ("fused_add_rms_norm", 8)):
+        f = fits[op]
+        assert f["fixed_us"] == pytest.approx(7.0) and f["rate_tbps"] == pytest.approx(4.3)
+        suite_bytes = per_element * 2**26
+        assert f["suite_size_pct_of_copy"] == pytest.approx(
+            100 * suite_bytes / (fixed + suite_bytes / rate) / ceiling)
+        # at the fixed cost it names, 2^26 elements read exactly 90% of the ceiling
+        t = f["fixed_us_for_target"] * 1e-6 + suite_bytes / rate
+        assert suite_bytes / t / ceiling == pytest.approx(0.90)
+    assert fits["rms_norm"]["sizes"] == 3
+    assert any("7.00us" in line for line in size.fit_lines(list(fits.values())))
+
+
+def test_experiment_norm_size_refits_a_committed_run(tmp_path):
+    """--fit needs no GPU: session 23's H200 run, split again (numbers in perf-notes)."""
+    script = os.path.join(ROOT, "benchmarks", "experiment_norm_size.py")
+    run = os.path.join(ROOT, "docs", "results", "2026-12-04-norm-size-timers-session23-h200.csv")
+    done = subprocess.run([sys.executable, script, "--fit", run, "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "ceiling (2 GiB copy) 4.27 TB/s" in done.stdout
+    line = next(l for l in done.stdout.splitlines()
+                if l.split()[:4] == ["suite", "rms_norm", "8192", "liger-aot"])
+    assert "7.34us" in line and "4.37TB/s" in line and "91.3%" in line
+    with open(tmp_path / "norm_size_fit.csv", newline="") as f:
+        assert len(list(csv.DictReader(f))) == 128  # 2 timers x (neg + 3 ops x 7 N x 3 paths)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("log2_elements,timer,op,n,path,status,ms,pct_of_2gib_copy\n")
+    done = subprocess.run([sys.executable, script, "--fit", str(bad)], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode != 0 and "no neg rows" in done.stderr
 
 
 def test_experiment_rope_smoke_and_arguments():

@@ -458,6 +458,47 @@ def test_experiment_norm_size_refits_a_committed_run(tmp_path):
     assert done.returncode != 0 and "no neg rows" in done.stderr
 
 
+def test_experiment_norm_timeline_analysis():
+    """The timeline of one launch from fabricated stamps (ns): two SMs, two programs each."""
+    timeline = _load_script("experiment_norm_timeline")
+    start, end, sm = [0, 10, 1, 11], [10, 20, 11, 15], [0, 0, 1, 1]
+    a = timeline.analyze(start, end, sm)
+    assert (a["programs"], a["peak_in_flight"]) == (4, 2)
+    assert a["span_us"] == pytest.approx(0.020)
+    assert a["ramp_us"] == pytest.approx(0.001)  # both in flight from t = 1
+    assert a["tail_us"] == pytest.approx(0.005)  # one left from t = 15 (the dips at 10 and
+    # 11, an end and a start at the same time, do not end the plateau)
+    assert a["idle_end_us"] == pytest.approx(0.0025)  # SM 1 idle 5 ns at the end, SM 0 none
+    assert a["idle_start_us"] == pytest.approx(0.0005)
+    assert a["program_us"] == pytest.approx(0.010)  # median of 10, 10, 10, 4
+    assert a["resolution_ns"] == 1
+    med = timeline.median_of([a, {**a, "span_us": 1.0}, {**a, "span_us": 2.0}])
+    assert med["span_us"] == 1.0 and med["ramp_us"] == a["ramp_us"]
+
+
+def test_experiment_norm_timeline_compiles_for_sm90():
+    """--compile-only: each stamped wrapper compiles for sm90 next to its plain kernel, at the
+    plain kernel's registers, without spills; bad arguments are refused first."""
+    script = os.path.join(ROOT, "benchmarks", "experiment_norm_timeline.py")
+    done = subprocess.run([sys.executable, script, "--compile-only", "--ns", "1024,32768"],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [l for l in done.stdout.splitlines() if l.startswith(("rms_norm", "layer_norm"))]
+    assert len(lines) == 4
+    for line in lines:
+        plain, stamped = line.split("plain ")[1].split("; stamped at maxnreg ")
+        regs = int(stamped.split(":")[0])
+        assert plain.startswith(f"{regs} registers, 0 B local")
+        assert int(stamped.split(": ")[1].split()[0]) <= regs and " 0 B local" in stamped
+    for args, words in ((["--ops", "swiglu"], "'swiglu' is not one of"),
+                        (["--ns", "1000"], "must divide 2^26"),
+                        (["--repeats", "0"], "at least 1"),
+                        ([], "no CUDA device")):
+        done = subprocess.run([sys.executable, script, *args], capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode != 0 and words in done.stderr, (args, done.stderr[-2000:])
+
+
 def test_experiment_rope_smoke_and_arguments():
     """benchmarks/experiment_rope.py --smoke: every candidate kernel (the library's looped and
     whole-position kernels, the probes, one in place) through Triton's interpreter matches

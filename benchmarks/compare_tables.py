@@ -36,6 +36,7 @@ STAGE_MARK = ".compare_tables_stage"  # names the table; stage() replaces only m
 # 2B, Llama-3 8B / 70B; with the powers of two the tuner measured.
 MODEL_NS = "896,1024,1536,2048,2304,3072,3584,4096,5120,8192"
 LABELS = ("base", "new")
+NORM_OPS = ("rms_norm", "layer_norm", "fused_add_rms_norm")  # the suite's norm cases
 FIELDS = ("op", "n", "base_ms", "new_ms", "change_pct", "base_pct_of_copy",
           "new_pct_of_copy", "base_runs", "new_runs")
 # the checks the child runs after the build (see verify_command)
@@ -65,8 +66,8 @@ def parse_args(argv=None):
     p.add_argument("--new", help="the candidate table (default: this checkout's "
                                  "kernel_src/tuned/<arch>.json)")
     p.add_argument("--arch", default="sm90", help="the arch both tables are for (default sm90)")
-    p.add_argument("--ops", default="rms_norm,layer_norm,fused_add_rms_norm",
-                   help="norm cases of benchmarks/suite.py")
+    p.add_argument("--ops", default=",".join(NORM_OPS),
+                   help="norm cases of benchmarks/suite.py (default: all three)")
     p.add_argument("--ns", default=MODEL_NS,
                    help=f"row lengths (default: common models' hidden sizes, {MODEL_NS})")
     p.add_argument("--log2-elements", type=int, default=26,
@@ -83,6 +84,9 @@ def parse_args(argv=None):
     p.add_argument("--dry-run", action="store_true",
                    help="check the tables and print the commands without running them")
     args = p.parse_args(argv)
+    for op in args.ops.split(","):
+        if op not in NORM_OPS:  # experiment_norm_size.py would refuse it after the builds
+            p.error(f"--ops: {op!r} is not one of {', '.join(NORM_OPS)}")
     if args.rounds < 1:
         p.error("--rounds: at least 1")
     if args.jobs < 1:

@@ -52,6 +52,7 @@ def test_arguments_refused_with_reasons(tmp_path, capsys):
     bad.write_text("{")
     assert "not JSON" in _error(capsys, ["--base", str(bad)])
     assert "not 'sm80'" in _error(capsys, ["--base", other, "--arch", "sm80", "--new", TABLE])
+    assert "'swiglu' is not one of" in _error(capsys, ["--base", other, "--ops", "swiglu"])
     assert "--rounds: at least 1" in _error(capsys, ["--base", other, "--rounds", "0"])
     assert "--jobs: at least 1" in _error(capsys, ["--base", other, "--jobs", "0"])
     assert "not a comma-separated" in _error(capsys, ["--base", other, "--ns", "1024,x"])
@@ -60,6 +61,15 @@ def test_arguments_refused_with_reasons(tmp_path, capsys):
                                                "--log2-elements", "10"])
     args = C.parse_args(["--base", other, "--work", "rel"])
     assert args.new == TABLE and os.path.isabs(args.work) and args.rounds == 2
+
+
+def test_ops_are_the_suites_norm_cases():
+    spec = importlib.util.spec_from_file_location("bench_suite_for_tables",
+                                                  os.path.join(ROOT, "benchmarks", "suite.py"))
+    suite = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = suite  # dataclasses look their module up
+    spec.loader.exec_module(suite)
+    assert C.NORM_OPS == tuple(op for op, case in suite.CASES.items() if case.sweep == "N")
 
 
 def test_help_and_dry_run_need_no_gpu(tmp_path):

@@ -196,11 +196,30 @@ def main(argv=None) -> int:
     p.add_argument("--no-build", action="store_true", help="pack what is built; compile nothing")
     p.set_defaults(func=cmd_wheel)
 
-    p = sub.add_parser("inspect", help="show the device, artifact sets and variants per op")
+    p = sub.add_parser(
+        "inspect", help="show the device, artifact sets and variants per op",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""\
+Print this machine's GPU and the arch whose artifacts it runs, then every artifact set the
+runtime finds, in the order it searches them:
+  1. LIGER_AOT_ARTIFACT_DIR (roots holding <arch>/manifest.json)
+  2. installed arch wheels (liger_aot_<arch>)
+  3. the local build cache (LIGER_AOT_CACHE_DIR, default ~/.cache/liger_aot)
+For each: its Triton and ptxas versions, variant count and size, whether it was built with
+the installed tuned table, and variants per kernel; a set refused by a check says why.
+Needs no GPU (without one, every set reads "not for this device"). Exit status 0.""")
     p.set_defaults(func=cmd_inspect)
 
-    p = sub.add_parser("verify", help="check every binary against its manifest (exit 1 if bad)")
-    p.add_argument("--dir", help="verify this artifact root instead of the sets found")
+    p = sub.add_parser(
+        "verify", help="check every binary against its manifest (exit 1 if bad)",
+        description="Check every artifact set found (as `inspect` lists them), or those "
+                    "under --dir: its manifest (format, arch, launch ABI), then each "
+                    "variant's binary (present, size, sha256) and its kernel source hash and "
+                    "parameter types against the installed specs. Prints one line per set "
+                    "and one per bad variant. Exit status 1 if any set is refused or any "
+                    "variant is bad, or if no set is found; 0 otherwise. Needs no GPU.")
+    p.add_argument("--dir", help="verify this artifact root (holding <arch>/manifest.json) "
+                                 "instead of the sets found")
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser(

@@ -518,7 +518,8 @@ def test_bad_arch_lists_valid_archs(tmp_path, monkeypatch, capsys, argv, message
     assert not list(tmp_path.iterdir())  # nothing created
 
 
-@pytest.mark.parametrize("command", [[], ["build"], ["wheel"], ["inspect"], ["verify"]])
+@pytest.mark.parametrize("command", [[], ["build"], ["wheel"], ["inspect"], ["verify"],
+                                     ["tune"]])
 def test_help(command, capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("LIGER_AOT_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(SystemExit) as e:
@@ -528,6 +529,11 @@ def test_help(command, capsys, tmp_path, monkeypatch):
     assert out.startswith(f"usage: liger-aot {' '.join(command)}".rstrip())
     if command in (["build"], ["wheel"]):
         assert "--arch" in out and all(arch in out for arch in ALL_ARCHS)
+    # every command says what it does, between the usage and the options
+    assert out.split("\n\n")[1].strip() and not out.split("\n\n")[1].startswith("options")
+    if command in (["inspect"], ["verify"]):
+        words = " ".join(out.split())  # as wrapped to the terminal's width
+        assert "Needs no GPU" in words and "Exit status" in words
     assert not (tmp_path / "cache").exists()
 
 

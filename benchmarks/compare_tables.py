@@ -15,10 +15,12 @@ alternating A B B A ..., so that a drift of the GPU's clocks falls on both table
       [--work DIR] [--out DIR] [--dry-run]
 
 An old table: `git show <rev>:kernel_src/tuned/sm90.json > old.json`. Prints a table of
-medians by op and row length and writes compare_tables.csv under --out.
+medians by op and row length, with whether the two tables give the op another config there,
+and writes compare_tables.csv (each table's config tags too) under --out.
 """
 import argparse
 import csv
+import json
 import os
 import shutil
 import statistics
@@ -38,8 +40,8 @@ MODEL_NS = "896,1024,1536,2048,2304,3072,3584,4096,5120,8192"
 LABELS = ("base", "new")
 NORM_OPS = ("rms_norm", "layer_norm", "fused_add_rms_norm")  # the suite's norm cases
 FIELDS = ("op", "n", "base_ms", "new_ms", "change_pct", "base_pct_of_copy",
-          "new_pct_of_copy", "base_runs", "new_runs")
-# the checks the child runs after the build (see verify_command)
+          "new_pct_of_copy", "base_runs", "new_runs", "base_config", "new_config")
+# the checks a child runs in each stage after its build (see commands)
 VERIFY = """\
 import os, sys
 import liger_aot
@@ -54,6 +56,18 @@ if not sets or sets[0].source != "env" or sets[0].manifest is None:
 if sets[0].manifest.get("tuned_sha256") != tuning.table_sha256(arch):
     sys.exit(f"{sets[0].manifest_path} was not built with {tuning.table_path(arch)}")
 print(f"{stage}: {arch} set {sets[0].directory}, table {tuning.table_sha256(arch)[:12]}")
+"""
+# the config each op takes from the stage's table for bf16 rows of each length, as JSON
+CONFIGS = """\
+import json, sys
+from liger_aot.kernel_src import tuning
+from liger_aot.kernel_src.layer_norm import spec as ln
+from liger_aot.kernel_src.rms_norm import spec as rms
+arch, ops, ns = sys.argv[1], sys.argv[2].split(","), [int(n) for n in sys.argv[3].split(",")]
+rules = {"rms_norm": (rms.FWD, (False,)), "layer_norm": (ln.FWD, ()),
+         "fused_add_rms_norm": (rms.FWD, (True,))}
+print(json.dumps({op: {n: tuning.select(rules[op][0], arch, (n, *rules[op][1]), 2).tag
+                       for n in ns} for op in ops}))
 """
 
 
@@ -154,6 +168,7 @@ def commands(args, label: str, round_index: int) -> dict:
         "build": [sys.executable, "-m", "liger_aot", "build", "--arch", args.arch,
                   "--out", artifacts, "--jobs", str(args.jobs)],
         "verify": [sys.executable, "-c", VERIFY, stage, args.arch],
+        "configs": [sys.executable, "-c", CONFIGS, args.arch, args.ops, args.ns],
         "time": [sys.executable, os.path.join(stage, "benchmarks", "experiment_norm_size.py"),
                  "--log2-elements", str(args.log2_elements), "--timers", "suite",
                  "--ops", args.ops, "--ns", args.ns, "--paths", "liger-aot",
@@ -176,10 +191,12 @@ def read_rounds(path: str) -> list:
         return [row for row in csv.DictReader(f) if row["path"] == "liger-aot"]
 
 
-def merge(rounds: dict) -> list:
+def merge(rounds: dict, configs: dict) -> list:
     """{label: [rows of each round]} -> one record per (op, n): median ms and % of copy of
-    each table over its rounds, and the new table's change in time. A result that is not
-    `ok` in any round (a failed check, an error) leaves that table's figures empty."""
+    each table over its rounds, the new table's change in time, and the config each table
+    gives the op there (configs: {label: {op: {str(n): tag}}}, the CONFIGS child's JSON). A
+    result that is not `ok` in any round (a failed check, an error) leaves that table's
+    figures empty."""
     figures = {}
     for label, tables in rounds.items():
         for rows in tables:
@@ -201,6 +218,7 @@ def merge(rounds: dict) -> list:
             record[f"{label}_ms"] = statistics.median(entry["ms"]) if ok else None
             record[f"{label}_pct_of_copy"] = statistics.median(entry["pct"]) if ok else None
             record[f"{label}_runs"] = len(entry["ms"])
+            record[f"{label}_config"] = configs.get(label, {}).get(op, {}).get(str(n))
         base, new = record["base_ms"], record["new_ms"]
         record["change_pct"] = 100 * (new / base - 1) if base and new else None
         records.append(record)
@@ -213,12 +231,14 @@ def table_lines(records: list) -> list:
             return "-"
         return format(value, spec[:-1]) + "%" if spec.endswith("%") else format(value, spec)
 
-    lines = ["| op | N | base ms | new ms | change | base % of copy | new % of copy |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| op | N | base ms | new ms | change | base % of copy | new % of copy | config |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in records:
+        config = "same" if r["base_config"] == r["new_config"] else "changed"
         lines.append(f"| {r['op']} | {r['n']} | {fmt(r['base_ms'], '.4f')} | "
                      f"{fmt(r['new_ms'], '.4f')} | {fmt(r['change_pct'], '+.1f%')} | "
-                     f"{fmt(r['base_pct_of_copy'], '.1f')} | {fmt(r['new_pct_of_copy'], '.1f')} |")
+                     f"{fmt(r['base_pct_of_copy'], '.1f')} | {fmt(r['new_pct_of_copy'], '.1f')} | "
+                     f"{config} |")
     return lines
 
 
@@ -230,17 +250,21 @@ def write_csv(records: list, path: str):
 
 
 def shown(argv: list) -> str:
-    return " ".join("<verify script>" if "\n" in a else a for a in argv)
+    return " ".join("<script>" if "\n" in a else a for a in argv)
 
 
-def run_in_stage(args, label: str, argv: list):
+def run_in_stage(args, label: str, argv: list, capture: bool = False) -> str | None:
+    """Run argv in the label's stage; with `capture`, return its stdout instead of showing
+    it."""
     stage = stage_dir(args, label)
     print(f"+ [{label}] {shown(argv)}", flush=True)
     try:
-        subprocess.run(argv, cwd=stage, env=child_env(stage, artifact_dir(args, label)),
-                       check=True)
+        done = subprocess.run(argv, cwd=stage, env=child_env(stage, artifact_dir(args, label)),
+                              check=True, stdout=subprocess.PIPE if capture else None,
+                              text=True)
     except subprocess.CalledProcessError as e:
         raise SystemExit(f"[{label}] exit status {e.returncode}: {shown(argv)}") from None
+    return done.stdout
 
 
 def main(argv=None):
@@ -252,23 +276,26 @@ def main(argv=None):
     if args.dry_run:
         for label in LABELS:
             cmds = commands(args, label, 0)
-            print(f"[{label}] stage {stage_dir(args, label)}\n[{label}] {shown(cmds['build'])}"
-                  f"\n[{label}] {shown(cmds['verify'])}")
+            print(f"[{label}] stage {stage_dir(args, label)}")
+            for step in ("build", "verify", "configs"):
+                print(f"[{label}] {shown(cmds[step])}")
         for label, r in run_order(args.rounds):
             print(f"[{label}] round {r}: {shown(commands(args, label, r)['time'])}")
         return
     os.makedirs(args.out, exist_ok=True)
+    configs = {}
     for label in LABELS:
         stage(tables[label], stage_dir(args, label), args.arch)
         cmds = commands(args, label, 0)
         run_in_stage(args, label, cmds["build"])
         run_in_stage(args, label, cmds["verify"])
+        configs[label] = json.loads(run_in_stage(args, label, cmds["configs"], capture=True))
     rounds = {label: [] for label in LABELS}
     for label, r in run_order(args.rounds):
         cmd = commands(args, label, r)["time"]
         run_in_stage(args, label, cmd)
         rounds[label].append(read_rounds(os.path.join(cmd[-1], "norm_size.csv")))
-    records = merge(rounds)
+    records = merge(rounds, configs)
     print(f"\nbase {args.base} against new {args.new}, {args.arch}, 2^{args.log2_elements} "
           f"elements, medians of {args.rounds} round(s), the suite's graph timer:")
     print("\n".join(table_lines(records)))

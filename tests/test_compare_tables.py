@@ -103,7 +103,9 @@ def test_merge_takes_medians_and_drops_failed_results():
         "new": [[_row("rms_norm", 896, 0.0692), _row("layer_norm", 896, float("nan"),
                                                      status="wrong: rel. error 1e-1")]],
     }
-    rms, ln = C.merge(rounds)
+    configs = {"base": {"rms_norm": {"896": "A"}, "layer_norm": {"896": "B"}},
+               "new": {"rms_norm": {"896": "C"}, "layer_norm": {"896": "B"}}}
+    rms, ln = C.merge(rounds, configs)
     assert (rms["op"], rms["n"]) == ("rms_norm", 896)
     assert rms["base_ms"] == pytest.approx(0.072) and rms["new_ms"] == pytest.approx(0.0692)
     assert rms["change_pct"] == pytest.approx(100 * (0.0692 / 0.072 - 1))
@@ -111,8 +113,10 @@ def test_merge_takes_medians_and_drops_failed_results():
     assert (rms["base_runs"], rms["new_runs"]) == (3, 1)
     assert ln["base_ms"] == pytest.approx(0.081)
     assert ln["new_ms"] is None and ln["change_pct"] is None and ln["new_runs"] == 0
+    assert (rms["base_config"], rms["new_config"], ln["new_config"]) == ("A", "C", "B")
     lines = C.table_lines([rms, ln])
     assert lines[2].startswith("| rms_norm | 896 | 0.0720 | 0.0692 | -3.9% |")
+    assert lines[2].endswith("| changed |") and lines[3].endswith("| same |")
     assert "| 0.0810 | - | - |" in lines[3]
 
 
@@ -154,6 +158,35 @@ def test_verify_accepts_only_the_build_of_its_table(tmp_path_factory, tmp_path):
     assert done.returncode == 1 and "not the first usable sm90 set" in done.stderr
 
 
+def test_configs_child_reads_its_stages_table(tmp_path):
+    """The CONFIGS child, in a stage of the committed table, names the configs this process
+    selects for sm90; in a stage of a table without the RMSNorm 1K entry, the rule's."""
+    from kernel_src.rms_norm import spec as rms
+
+    with open(TABLE) as f:
+        table = json.load(f)
+    del table["specs"]["rms_norm_fwd"]["n_cols=1024,residual=False"]
+    trimmed = tmp_path / "trimmed.json"
+    trimmed.write_text(json.dumps(table))
+    found = {}
+    for name, path in (("same", TABLE), ("trimmed", str(trimmed))):
+        C.stage(path, str(tmp_path / name), "sm90")
+        done = subprocess.run([sys.executable, "-c", C.CONFIGS, "sm90", "rms_norm,layer_norm",
+                               "896,4096"], cwd=str(tmp_path / name),
+                              env=C.child_env(str(tmp_path / name), str(tmp_path / "none")),
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+        found[name] = json.loads(done.stdout)
+    from kernel_src import tuning
+
+    for n in (896, 4096):
+        assert found["same"]["rms_norm"][str(n)] == tuning.select(rms.FWD, "sm90", (n, False),
+                                                                  2).tag
+    assert found["trimmed"]["rms_norm"]["896"] == rms.select_config(896, False).tag
+    assert found["trimmed"]["rms_norm"]["896"] != found["same"]["rms_norm"]["896"]
+    assert found["trimmed"]["layer_norm"] == found["same"]["layer_norm"]
+
+
 FAKE_TIMING = """\
 import csv, os, sys
 out = sys.argv[sys.argv.index("--out") + 1]
@@ -174,7 +207,9 @@ def test_main_stages_runs_in_order_and_writes_the_comparison(tmp_path, monkeypat
     def fake_commands(args, label, round_index):
         real = real_commands(args, label, round_index)
         calls.append((label, round_index))
+        tag = json.dumps({"rms_norm": {"896": label}})
         return {"build": [sys.executable, "-c", "pass"], "verify": real["verify"][:2] + ["pass"],
+                "configs": [sys.executable, "-c", f"print({tag!r})"],
                 "time": [sys.executable, "-c", FAKE_TIMING] + real["time"][2:]}
 
     monkeypatch.setattr(C, "commands", fake_commands)
@@ -182,10 +217,11 @@ def test_main_stages_runs_in_order_and_writes_the_comparison(tmp_path, monkeypat
     C.main(["--base", _other_table(tmp_path), "--work", str(tmp_path / "w"), "--out", str(out),
             "--ops", "rms_norm", "--ns", "896"])
     printed = capsys.readouterr().out
-    assert "| rms_norm | 896 | 0.0720 | 0.0700 | -2.8% |" in printed
+    assert "| rms_norm | 896 | 0.0720 | 0.0700 | -2.8% |" in printed and "| changed |" in printed
     with open(out / "compare_tables.csv", newline="") as f:
         (row,) = list(csv.DictReader(f))
     assert (row["base_runs"], row["new_runs"]) == ("2", "2")
+    assert (row["base_config"], row["new_config"]) == ("base", "new")
     assert float(row["change_pct"]) == pytest.approx(100 * (0.07 / 0.072 - 1))
     # staged and built first, then timed A B B A
     assert calls[-4:] == [("base", 0), ("new", 0), ("new", 1), ("base", 1)]

@@ -30,8 +30,10 @@ is 2-4 us for the library's kernels and under 1 us for the copy; at 1K-4K, where
 2-8 KB, the ends are short and the excess lies in the ramp.
 
   python benchmarks/experiment_norm_timeline.py [--ops rms_norm,layer_norm]
-      [--ns 1024,4096,8192,16384,32768] [--log2-elements 26] [--repeats 20] [--out DIR]
-      (CUDA GPU; writes norm_timeline.csv)
+      [--ns 1024,4096,8192,16384,32768] [--log2-elements 26] [--repeats 20] [--alternatives]
+      [--out DIR]
+      (CUDA GPU; writes norm_timeline.csv; --alternatives adds each bucket's other configs
+      that the tuner re-timed from CUDA graphs, the plateau the table chose from)
   python benchmarks/experiment_norm_timeline.py --compile-only [--ops ... --ns ...]
       (no GPU: each wrapper compiled for sm90, its registers against the plain kernel's)
 """
@@ -52,6 +54,7 @@ import triton.language as tl  # noqa: E402
 
 from build_tools import tune  # noqa: E402
 from kernel_src import tuning  # noqa: E402
+from kernel_src.spec import Config  # noqa: E402
 from kernel_src.layer_norm import kernels as ln_kernels  # noqa: E402
 from kernel_src.layer_norm import spec as ln_spec  # noqa: E402
 from kernel_src.rms_norm import kernels as rms_kernels  # noqa: E402
@@ -144,6 +147,45 @@ def op_config(op: str, n: int):
     return tuning.select(spec, "sm90", (n, False) if op == "rms_norm" else (n,), 2)
 
 
+def config_from_tag(tag: str) -> Config:
+    """The Config a tag names (Config.tag's inverse for the norm forwards' tags: integer
+    and boolean constexprs, then wN.sN)."""
+    constexprs, warps, stages = {}, None, None
+    for part in tag.split("."):
+        if "=" in part:
+            name, value = part.split("=", 1)
+            if value in ("True", "False"):
+                constexprs[name] = value == "True"
+            elif value.isdigit():
+                constexprs[name] = int(value)
+            else:
+                raise ValueError(f"config tag {tag!r}: {name} is not an integer or boolean")
+        elif part[:1] == "w" and part[1:].isdigit():
+            warps = int(part[1:])
+        elif part[:1] == "s" and part[1:].isdigit():
+            stages = int(part[1:])
+        else:
+            raise ValueError(f"config tag {tag!r}: cannot read {part!r}")
+    if warps is None or stages is None:
+        raise ValueError(f"config tag {tag!r}: no wN.sN")
+    config = Config(constexprs, num_warps=warps, num_stages=stages)
+    if config.tag != tag:
+        raise ValueError(f"config tag {tag!r} reads back as {config.tag!r}")
+    return config
+
+
+def alternatives(op: str, n: int) -> list:
+    """The configs the tuner re-timed from CUDA graphs for this bucket (the table entry's
+    `refined` list), other than the op's own: the plateau the table chose from."""
+    spec = OPS[op][0]
+    _, table = tuning.load_table("sm90")
+    key = tuning.bucket_key(spec, (n, False) if op == "rms_norm" else (n,))
+    entry = table["specs"].get(spec.name, {}).get(key, {})
+    chosen = op_config(op, n).tag
+    tags = [c["tag"] for c in entry.get("refined", {}).get("configs", [])]
+    return [config_from_tag(t) for t in dict.fromkeys(tags) if t != chosen]
+
+
 class Launch:
     """kernel[grid](*args) for tune's launch functions (written for the plain kernels): with
     `stamps`, the stamp buffer goes first and the registers are capped at `maxnreg`; the
@@ -211,9 +253,8 @@ def timeline(launch, stamps: torch.Tensor, programs: int, repeats: int, dirty) -
     return median_of(analyses)
 
 
-def run_case(op, n, rows, repeats, dirty, bench):
+def run_case(op, n, rows, repeats, dirty, bench, config):
     spec, plain, wrapper, make, launch_fn = OPS[op]
-    config = op_config(op, n)
     t = make(rows, n)
     plain_launch = Launch(plain)
     launch_fn(plain_launch, t, config)
@@ -258,39 +299,36 @@ def run_copy(elements, repeats, dirty, bench):
     return record
 
 
-def compile_only(ops, ns):
+def compile_only(cases):
     """Each wrapper and its plain kernel compiled for sm90 (no GPU), as the build compiles
-    the op's aligned bf16 variant: their registers, spills and shared memory."""
+    the op's aligned bf16 variant: their registers, spills and shared memory. cases: (op,
+    n, config)."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     target = GPUTarget("cuda", 90, 32)
-    for op in ops:
+    for op, n, config in cases:
         spec, plain, wrapper = OPS[op][:3]
-        options = (("CASTING", 0),) if op == "rms_norm" else ()
-        for n in ns:
-            config = op_config(op, n)
-            variant = spec.variant("bf16", "a16", options, config)
-            attrs = variant.divisibility_attrs()
-            found, regs = [], 0
-            for fn, sig, fn_attrs in (
-                    (plain, variant.signature(), attrs),
-                    (wrapper, {"T": "*i64", **variant.signature()},
-                     {(0,): [["tt.divisibility", 16]],
-                      **{(i + 1,): v for (i,), v in attrs.items()}})):
-                compile_options = config.compile_options()
-                if regs:  # the wrapper at the plain kernel's registers, as run_case does
-                    compile_options["maxnreg"] = regs
-                kernel = triton.compile(ASTSource(fn, signature=sig,
-                                                  constexprs=variant.constexprs(),
-                                                  attrs=fn_attrs),
-                                        target=target, options=compile_options)
-                usage = _resource_usage(kernel.asm["cubin"])
-                regs = regs or usage["REG"]
-                found.append(f"{usage['REG']} registers, {usage['LOCAL']} B local, "
-                             f"{kernel.metadata.shared} B shared")
-            print(f"{op} N={n} {config.tag}: plain {found[0]}; stamped at maxnreg {regs}: "
-                  f"{found[1]}", flush=True)
+        variant = spec.variant("bf16", "a16", (("CASTING", 0),) if op == "rms_norm" else (),
+                               config)
+        attrs = variant.divisibility_attrs()
+        found, regs = [], 0
+        for fn, sig, fn_attrs in (
+                (plain, variant.signature(), attrs),
+                (wrapper, {"T": "*i64", **variant.signature()},
+                 {(0,): [["tt.divisibility", 16]], **{(i + 1,): v for (i,), v in attrs.items()}})):
+            compile_options = config.compile_options()
+            if regs:  # the wrapper at the plain kernel's registers, as run_case does
+                compile_options["maxnreg"] = regs
+            kernel = triton.compile(ASTSource(fn, signature=sig, constexprs=variant.constexprs(),
+                                              attrs=fn_attrs),
+                                    target=target, options=compile_options)
+            usage = _resource_usage(kernel.asm["cubin"])
+            regs = regs or usage["REG"]
+            found.append(f"{usage['REG']} registers, {usage['LOCAL']} B local, "
+                         f"{kernel.metadata.shared} B shared")
+        print(f"{op} N={n} {config.tag}: plain {found[0]}; stamped at maxnreg {regs}: "
+              f"{found[1]}", flush=True)
 
 
 def _resource_usage(cubin: bytes) -> dict:
@@ -317,6 +355,9 @@ def main(argv=None):
     p.add_argument("--log2-elements", type=int, default=26,
                    help="M*N = 2^k bf16 elements (default 26, the suite's)")
     p.add_argument("--repeats", type=int, default=20, help="launches a case (default 20)")
+    p.add_argument("--alternatives", action="store_true",
+                   help="also each bucket's other configs the tuner re-timed from graphs "
+                        "(the table's `refined` list): what sets the chosen one apart")
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     p.add_argument("--compile-only", action="store_true",
                    help="compile each wrapper for sm90 and stop (no GPU needed)")
@@ -330,8 +371,10 @@ def main(argv=None):
         p.error(f"--ns: every row length must divide 2^{args.log2_elements}")
     if args.repeats < 1:
         p.error("--repeats: at least 1")
+    cases = [(op, n, config) for op in ops for n in ns
+             for config in [op_config(op, n)] + (alternatives(op, n) if args.alternatives else [])]
     if args.compile_only:
-        return compile_only(ops, ns)
+        return compile_only(cases)
     if not torch.cuda.is_available():
         raise SystemExit("no CUDA device: this experiment reads the GPU's clock "
                          "(--compile-only needs none)")
@@ -341,11 +384,10 @@ def main(argv=None):
     dirty = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
     elements = 2**args.log2_elements
     records = [run_copy(elements, args.repeats, dirty, timer.time_graph)]
-    for op in ops:
-        for n in ns:
-            records.append(run_case(op, n, elements // n, args.repeats, dirty,
-                                    timer.time_graph))
-            torch.cuda.empty_cache()
+    for op, n, config in cases:
+        records.append(run_case(op, n, elements // n, args.repeats, dirty, timer.time_graph,
+                                config))
+        torch.cuda.empty_cache()
     print(f"{torch.cuda.get_device_name()}, 2^{args.log2_elements} bf16 elements, medians of "
           f"{args.repeats} launches after the flush (us; resolution in ns):")
     print(f"{'case':18} {'programs':>8} {'peak':>5} {'span':>7} {'ramp':>6} {'tail':>6} "

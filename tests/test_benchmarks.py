@@ -476,6 +476,28 @@ def test_experiment_norm_timeline_analysis():
     assert med["span_us"] == 1.0 and med["ramp_us"] == a["ramp_us"]
 
 
+def test_experiment_norm_timeline_reads_config_tags():
+    """--alternatives reads the tuned table's refined tags back into configs: every tag of
+    the norm forwards' entries round-trips; a chosen config is not its own alternative."""
+    timeline = _load_script("experiment_norm_timeline")
+    _, table = timeline.tuning.load_table("sm90")
+    tags = {c["tag"] for spec in ("rms_norm_fwd", "layer_norm_fwd")
+            for entry in table["specs"][spec].values()
+            for c in entry.get("refined", {}).get("configs", [])}
+    assert len(tags) > 20
+    for tag in tags:
+        assert timeline.config_from_tag(tag).tag == tag
+    config = timeline.config_from_tag("BLOCK_M=2.BLOCK_N=512.LOOP=True.w2.s1")
+    assert (config.constexprs, config.num_warps) == ({"BLOCK_M": 2, "BLOCK_N": 512,
+                                                      "LOOP": True}, 2)
+    for bad in ("BLOCK_M=2.w2", "BLOCK_M=x.w2.s1", "BLOCK_M=2.q.w2.s1", "B=1.A=2.w1.s1"):
+        with pytest.raises(ValueError, match="config tag"):
+            timeline.config_from_tag(bad)
+    for op in ("rms_norm", "layer_norm"):
+        others = timeline.alternatives(op, 1024)
+        assert others and timeline.op_config(op, 1024).tag not in {c.tag for c in others}
+
+
 def test_experiment_norm_timeline_compiles_for_sm90():
     """--compile-only: each stamped wrapper compiles for sm90 next to its plain kernel, at the
     plain kernel's registers, without spills; bad arguments are refused first."""

@@ -20,7 +20,9 @@ do_bench's flush (a 256 MB buffer zeroed), as in the suite. Per launch:
             end on the GPU (the end's cost if the kernel is bandwidth-bound);
   idle_start the same at the start: an SM's first program's start after the first start.
 
-Medians over --repeats launches; the timer's resolution (the smallest step between stamps)
+A program's end is when its last store is issued, not when it reaches memory, so each span
+misses the drain of the last stores (the same for the copy). Medians over --repeats
+launches; the timer's resolution (the smallest step between stamps)
 is printed, as %globaltimer may tick by 32 ns or by 1 us. The wrapper costs one read of the
 timer and one 24-byte store a program: the plain kernels are timed beside it (CUDA graphs)
 to show it changes nothing.

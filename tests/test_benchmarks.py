@@ -397,10 +397,15 @@ def test_experiment_norm_size_arguments():
     """benchmarks/experiment_norm_size.py names a bad op, timer or path before looking for
     a GPU, and says so when there is none."""
     script = os.path.join(ROOT, "benchmarks", "experiment_norm_size.py")
-    for args, words in ((["--ops", "swiglu"], "'swiglu' is not a norm case"),
-                        (["--timers", "suite,warm"], "'warm' is not one of suite, clean"),
-                        (["--paths", "eager"], "'eager' is not one of liger-aot"),
-                        ([], "no CUDA device")):
+    _assert_refuses(script, ((["--ops", "swiglu"], "'swiglu' is not a norm case"),
+                             (["--timers", "suite,warm"], "'warm' is not one of suite, clean"),
+                             (["--paths", "eager"], "'eager' is not one of liger-aot"),
+                             ([], "no CUDA device")))
+
+
+def _assert_refuses(script: str, cases):
+    """Each (args, words) of `cases`: the script exits non-zero, saying `words`."""
+    for args, words in cases:
         done = subprocess.run([sys.executable, script, *args], capture_output=True, text=True,
                               timeout=600)
         assert done.returncode != 0 and words in done.stderr, (args, done.stderr[-2000:])
@@ -453,9 +458,7 @@ def test_experiment_norm_size_refits_a_committed_run(tmp_path):
         assert len(list(csv.DictReader(f))) == 128  # 2 timers x (neg + 3 ops x 7 N x 3 paths)
     bad = tmp_path / "bad.csv"
     bad.write_text("log2_elements,timer,op,n,path,status,ms,pct_of_2gib_copy\n")
-    done = subprocess.run([sys.executable, script, "--fit", str(bad)], capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode != 0 and "no neg rows" in done.stderr
+    _assert_refuses(script, ((["--fit", str(bad)], "no neg rows"),))
 
 
 def test_experiment_norm_timeline_analysis():
@@ -512,13 +515,10 @@ def test_experiment_norm_timeline_compiles_for_sm90():
         regs = int(stamped.split(":")[0])
         assert plain.startswith(f"{regs} registers, 0 B local")
         assert int(stamped.split(": ")[1].split()[0]) <= regs and " 0 B local" in stamped
-    for args, words in ((["--ops", "swiglu"], "'swiglu' is not one of"),
-                        (["--ns", "1000"], "must divide 2^26"),
-                        (["--repeats", "0"], "at least 1"),
-                        ([], "no CUDA device")):
-        done = subprocess.run([sys.executable, script, *args], capture_output=True, text=True,
-                              timeout=600)
-        assert done.returncode != 0 and words in done.stderr, (args, done.stderr[-2000:])
+    _assert_refuses(script, ((["--ops", "swiglu"], "'swiglu' is not one of"),
+                             (["--ns", "1000"], "must divide 2^26"),
+                             (["--repeats", "0"], "at least 1"),
+                             ([], "no CUDA device")))
 
 
 def test_experiment_rope_smoke_and_arguments():

@@ -1,4 +1,4 @@
-"""Two tuned tables side by side: the norm forwards timed on the build of each.
+"""Two tuned tables side by side: the norms timed on the build of each.
 
 `liger-aot tune` measures each bucket at its power of two; the bucket's entry also serves
 every row length down to the next power of two (an exact-length entry through its inexact
@@ -6,17 +6,21 @@ twin), which is where models' hidden sizes fall (Qwen2.5-0.5B's 896, Gemma-2-2B'
 Before a new table is committed this says what it changes there. Each table is staged in
 its own copy of the sources (liger_aot, kernel_src, build_tools, benchmarks) under --work,
 built into its own artifact set, checked to be the set the runtime will use with that
-table, and then timed by benchmarks/experiment_norm_size.py (the suite's CUDA-graph timer,
-liger-aot only, LIGER_AOT_STRICT=1 so that nothing JIT-compiles) in fresh processes
-alternating A B B A ..., so that a drift of the GPU's clocks falls on both tables alike.
+table, and then timed by benchmarks/suite.py (`--norm-ns`: the norm sweeps at these
+lengths, 2^26 elements each; liger-aot only, checked against fp32 first; forward, backward
+with the weight gradient, and both, from CUDA-graph replays; LIGER_AOT_STRICT=1 so that
+nothing JIT-compiles) in fresh processes alternating A B B A ..., so that a drift of the
+GPU's clocks falls on both tables alike.
 
   python benchmarks/compare_tables.py --base OLD.json [--new NEW.json] [--arch sm90]
       [--ops rms_norm,layer_norm] [--ns 896,1024,...] [--rounds 2] [--jobs 16]
       [--work DIR] [--out DIR] [--dry-run]
 
 An old table: `git show <rev>:kernel_src/tuned/sm90.json > old.json`. Prints a table of
-medians by op and row length, with whether the two tables give the op another config there,
-and writes compare_tables.csv (each table's config tags too) under --out.
+medians by op, row length and pass, with whether the two tables give the op another
+config there, and writes compare_tables.csv (each table's config tags too) under --out.
+On sm90 the ops send some rows of 16K columns and more to the grouped kernels, which no
+table configures: there the two tables time alike.
 """
 import argparse
 import csv
@@ -39,7 +43,8 @@ STAGE_MARK = ".compare_tables_stage"  # names the table; stage() replaces only m
 MODEL_NS = "896,1024,1536,2048,2304,3072,3584,4096,5120,8192"
 LABELS = ("base", "new")
 NORM_OPS = ("rms_norm", "layer_norm", "fused_add_rms_norm")  # the suite's norm cases
-FIELDS = ("op", "n", "base_ms", "new_ms", "change_pct", "base_pct_of_copy",
+PASSES = ("fwd", "bwd", "fwdbwd")  # the suite's graph columns <pass>_graph_ms
+FIELDS = ("op", "n", "pass", "base_ms", "new_ms", "change_pct", "base_pct_of_copy",
           "new_pct_of_copy", "base_runs", "new_runs", "base_config", "new_config")
 # the checks a child runs in each stage after its build (see commands)
 VERIFY = """\
@@ -57,16 +62,19 @@ if sets[0].manifest.get("tuned_sha256") != tuning.table_sha256(arch):
     sys.exit(f"{sets[0].manifest_path} was not built with {tuning.table_path(arch)}")
 print(f"{stage}: {arch} set {sets[0].directory}, table {tuning.table_sha256(arch)[:12]}")
 """
-# the config each op takes from the stage's table for bf16 rows of each length, as JSON
+# the forward's and the backward's config each op takes from the stage's table for bf16 rows
+# of each length, as JSON: {op: {n: {"fwd": tag, "bwd": tag}}}
 CONFIGS = """\
 import json, sys
 from liger_aot.kernel_src import tuning
 from liger_aot.kernel_src.layer_norm import spec as ln
 from liger_aot.kernel_src.rms_norm import spec as rms
 arch, ops, ns = sys.argv[1], sys.argv[2].split(","), [int(n) for n in sys.argv[3].split(",")]
-rules = {"rms_norm": (rms.FWD, (False,)), "layer_norm": (ln.FWD, ()),
-         "fused_add_rms_norm": (rms.FWD, (True,))}
-print(json.dumps({op: {n: tuning.select(rules[op][0], arch, (n, *rules[op][1]), 2).tag
+rules = {"rms_norm": ((rms.FWD, (False,)), (rms.BWD, (False,))),
+         "layer_norm": ((ln.FWD, ()), (ln.BWD, ())),
+         "fused_add_rms_norm": ((rms.FWD, (True,)), (rms.BWD, (True,)))}
+print(json.dumps({op: {n: {p: tuning.select(spec, arch, (n, *flags), 2).tag
+                           for p, (spec, flags) in zip(("fwd", "bwd"), rules[op])}
                        for n in ns} for op in ops}))
 """
 
@@ -84,8 +92,6 @@ def parse_args(argv=None):
                    help="norm cases of benchmarks/suite.py (default: all three)")
     p.add_argument("--ns", default=MODEL_NS,
                    help=f"row lengths (default: common models' hidden sizes, {MODEL_NS})")
-    p.add_argument("--log2-elements", type=int, default=26,
-                   help="M*N = 2^k elements a timing (default 26, the suite's)")
     p.add_argument("--rounds", type=int, default=2,
                    help="timed processes per table, alternating A B B A ... (default 2)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 2,
@@ -111,8 +117,8 @@ def parse_args(argv=None):
         p.error(f"--ns: {args.ns!r} is not a comma-separated list of row lengths")
     if any(n < 1 for n in ns):
         p.error("--ns: row lengths must be positive")
-    if any(2**args.log2_elements < n for n in ns):
-        p.error(f"--ns: a row of more than 2^{args.log2_elements} elements")
+    if any(n > 2**26 for n in ns):
+        p.error("--ns: a row of more than 2^26 elements, the suite's norm size")
     args.new = args.new or tuning.table_path(args.arch)
     args.work = os.path.abspath(args.work)
     for name in ("base", "new"):
@@ -169,9 +175,8 @@ def commands(args, label: str, round_index: int) -> dict:
                   "--out", artifacts, "--jobs", str(args.jobs)],
         "verify": [sys.executable, "-c", VERIFY, stage, args.arch],
         "configs": [sys.executable, "-c", CONFIGS, args.arch, args.ops, args.ns],
-        "time": [sys.executable, os.path.join(stage, "benchmarks", "experiment_norm_size.py"),
-                 "--log2-elements", str(args.log2_elements), "--timers", "suite",
-                 "--ops", args.ops, "--ns", args.ns, "--paths", "liger-aot",
+        "time": [sys.executable, os.path.join(stage, "benchmarks", "suite.py"),
+                 "--ops", args.ops, "--norm-ns", args.ns, "--paths", "liger-aot", "--graphs",
                  "--out", os.path.join(stage, f"round{round_index}")],
     }
 
@@ -186,39 +191,43 @@ def run_order(rounds: int) -> list:
 
 
 def read_rounds(path: str) -> list:
-    """The liger-aot rows of one round's norm_size.csv."""
+    """The liger-aot rows of one round's kernels.csv (the suite's)."""
     with open(path, newline="") as f:
         return [row for row in csv.DictReader(f) if row["path"] == "liger-aot"]
 
 
 def merge(rounds: dict, configs: dict) -> list:
-    """{label: [rows of each round]} -> one record per (op, n): median ms and % of copy of
-    each table over its rounds, the new table's change in time, and the config each table
-    gives the op there (configs: {label: {op: {str(n): tag}}}, the CONFIGS child's JSON). A
-    result that is not `ok` in any round (a failed check, an error) leaves that table's
-    figures empty."""
+    """{label: [rows of each round]} -> one record per (op, n, pass): median ms and % of
+    copy of each table over its rounds (CUDA graphs), the new table's change in time, and
+    the config each table gives the pass there (configs: {label: {op: {str(n): {"fwd": tag,
+    "bwd": tag}}}}, the CONFIGS child's JSON; fwdbwd: both tags). A result that is not `ok`
+    in any round (a failed check, an error, no graph) leaves that table's figures empty."""
     figures = {}
     for label, tables in rounds.items():
         for rows in tables:
             for row in rows:
-                key = (row["op"], int(row["n"]))
-                entry = figures.setdefault(key, {}).setdefault(label, {"ms": [], "pct": [],
-                                                                       "bad": False})
-                if row["status"] != "ok":
-                    entry["bad"] = True
-                else:
-                    entry["ms"].append(float(row["ms"]))
-                    entry["pct"].append(float(row["pct_of_2gib_copy"]))
+                for pass_ in PASSES:
+                    key = (row["op"], int(row["sweep_value"]), pass_)
+                    entry = figures.setdefault(key, {}).setdefault(
+                        label, {"ms": [], "pct": [], "bad": False})
+                    ms = row.get(f"{pass_}_graph_ms") or ""
+                    if row["status"] != "ok" or not ms:
+                        entry["bad"] = True
+                    else:
+                        entry["ms"].append(float(ms))
+                        entry["pct"].append(float(row[f"{pass_}_graph_pct_copy"]))
     records = []
-    for (op, n), by_label in figures.items():
-        record = {"op": op, "n": n}
+    for (op, n, pass_), by_label in figures.items():
+        record = {"op": op, "n": n, "pass": pass_}
         for label in LABELS:
             entry = by_label.get(label, {"ms": [], "pct": [], "bad": True})
             ok = not entry["bad"] and entry["ms"]
             record[f"{label}_ms"] = statistics.median(entry["ms"]) if ok else None
             record[f"{label}_pct_of_copy"] = statistics.median(entry["pct"]) if ok else None
             record[f"{label}_runs"] = len(entry["ms"])
-            record[f"{label}_config"] = configs.get(label, {}).get(op, {}).get(str(n))
+            tags = configs.get(label, {}).get(op, {}).get(str(n), {})
+            record[f"{label}_config"] = (" + ".join(tags[p] for p in ("fwd", "bwd") if p in tags)
+                                         if pass_ == "fwdbwd" else tags.get(pass_))
         base, new = record["base_ms"], record["new_ms"]
         record["change_pct"] = 100 * (new / base - 1) if base and new else None
         records.append(record)
@@ -231,11 +240,11 @@ def table_lines(records: list) -> list:
             return "-"
         return format(value, spec[:-1]) + "%" if spec.endswith("%") else format(value, spec)
 
-    lines = ["| op | N | base ms | new ms | change | base % of copy | new % of copy | config |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| op | N | pass | base ms | new ms | change | base % of copy | new % of copy | "
+             "config |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in records:
         config = "same" if r["base_config"] == r["new_config"] else "changed"
-        lines.append(f"| {r['op']} | {r['n']} | {fmt(r['base_ms'], '.4f')} | "
+        lines.append(f"| {r['op']} | {r['n']} | {r['pass']} | {fmt(r['base_ms'], '.4f')} | "
                      f"{fmt(r['new_ms'], '.4f')} | {fmt(r['change_pct'], '+.1f%')} | "
                      f"{fmt(r['base_pct_of_copy'], '.1f')} | {fmt(r['new_pct_of_copy'], '.1f')} | "
                      f"{config} |")
@@ -294,10 +303,10 @@ def main(argv=None):
     for label, r in run_order(args.rounds):
         cmd = commands(args, label, r)["time"]
         run_in_stage(args, label, cmd)
-        rounds[label].append(read_rounds(os.path.join(cmd[-1], "norm_size.csv")))
+        rounds[label].append(read_rounds(os.path.join(cmd[-1], "kernels.csv")))
     records = merge(rounds, configs)
-    print(f"\nbase {args.base} against new {args.new}, {args.arch}, 2^{args.log2_elements} "
-          f"elements, medians of {args.rounds} round(s), the suite's graph timer:")
+    print(f"\nbase {args.base} against new {args.new}, {args.arch}, 2^26 elements, medians "
+          f"of {args.rounds} round(s), from CUDA graphs (bwd: with the weight gradient):")
     print("\n".join(table_lines(records)))
     path = os.path.join(args.out, "compare_tables.csv")
     write_csv(records, path)

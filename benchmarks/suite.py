@@ -422,7 +422,11 @@ def byte_table(itemsize: int = 2) -> str:
     return "\n".join(lines)
 
 
-def select_shapes(case: Case, quick: bool, smoke: bool) -> tuple:
+def select_shapes(case: Case, quick: bool, smoke: bool, norm_ns=()) -> tuple:
+    """The shapes to run: the smoke ones, the standard one (quick) or all; norm_ns (row
+    lengths) replaces a norm sweep's, each at the sweep's NORM_ELEMENTS."""
+    if norm_ns and case.sweep == "N" and not smoke:
+        return tuple({"M": NORM_ELEMENTS // n, "N": n} for n in norm_ns)
     shapes = case.smoke_shapes if smoke else case.shapes
     return shapes[:1] if quick else shapes
 
@@ -989,6 +993,17 @@ def _csv_list(choices, what):
     return parse
 
 
+def _row_lengths(text):
+    try:
+        ns = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        ns = []
+    if not ns or any(not 1 <= n <= NORM_ELEMENTS for n in ns):
+        raise argparse.ArgumentTypeError(
+            f"takes comma-separated row lengths from 1 to {NORM_ELEMENTS}, got {text!r}")
+    return ns
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, epilog=byte_table(),
@@ -999,6 +1014,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="comma-separated paths (default all): " + ", ".join(PATHS))
     parser.add_argument("--quick", action="store_true",
                         help="only the standard shape of each op (no norm sweep, no V=256000)")
+    parser.add_argument("--norm-ns", type=_row_lengths, default=(), metavar="N,...",
+                        help="the norm sweeps at these row lengths instead of 1K-64K, each at "
+                             f"{NORM_ELEMENTS // 2**20}M elements (M = {NORM_ELEMENTS} // N): a "
+                             "model's hidden size, say (with --quick too)")
     parser.add_argument("--out", default=os.environ.get("OUT", "."),
                         help="directory for kernels.csv, the plots and kernels_targets.txt "
                              "(default: $OUT, else .)")
@@ -1021,7 +1040,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> list:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.smoke and args.norm_ns:
+        parser.error("--norm-ns: the smoke run's shapes are fixed")
     device = "cpu" if args.smoke else "cuda"
     if args.smoke:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
@@ -1042,7 +1064,7 @@ def main(argv=None) -> list:
     rows = []
     for op in args.ops:
         case = CASES[op]
-        for shape in select_shapes(case, args.quick, args.smoke):
+        for shape in select_shapes(case, args.quick, args.smoke, args.norm_ns):
             t0 = time.perf_counter()
             try:
                 rows += run_shape(case, shape, args.paths, dtype, device, bench, copy_bw,

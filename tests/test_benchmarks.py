@@ -157,9 +157,23 @@ def test_parser_defaults_and_options(monkeypatch):
     assert args.quick and args.ops == ["rms_norm", "rope"] and args.out == "/tmp/somewhere"
     assert args.paths == ["liger-aot", "eager"] and args.dtype == "fp16"
     for bad in (["--ops", "rms_norm,nope"], ["--paths", "triton"], ["--ops", ","],
-                ["--dtype", "fp8"]):
+                ["--dtype", "fp8"], ["--norm-ns", "0"], ["--norm-ns", "896,x"],
+                ["--norm-ns", str(2 * K.NORM_ELEMENTS)]):
         with pytest.raises(SystemExit):
             K.build_parser().parse_args(bad)
+    assert K.build_parser().parse_args(["--norm-ns", "896, 2304"]).norm_ns == [896, 2304]
+
+
+def test_norm_ns_replace_the_norm_sweeps_only():
+    """--norm-ns: the norm cases at those lengths (2^26 elements each, with --quick too);
+    the other ops and the smoke shapes keep theirs."""
+    for quick in (False, True):
+        shapes = K.select_shapes(K.CASES["rms_norm"], quick, False, [896, 4096])
+        assert shapes == ({"M": 2**26 // 896, "N": 896}, {"M": 16384, "N": 4096})
+    swiglu = K.CASES["swiglu"]
+    assert K.select_shapes(swiglu, False, False, [896]) == swiglu.shapes
+    ln = K.CASES["layer_norm"]
+    assert K.select_shapes(ln, False, True, [896]) == ln.smoke_shapes
 
 
 def test_help_runs_without_gpu():

@@ -57,8 +57,7 @@ def test_arguments_refused_with_reasons(tmp_path, capsys):
     assert "--jobs: at least 1" in _error(capsys, ["--base", other, "--jobs", "0"])
     assert "not a comma-separated" in _error(capsys, ["--base", other, "--ns", "1024,x"])
     assert "positive" in _error(capsys, ["--base", other, "--ns", "0"])
-    assert "more than 2^10" in _error(capsys, ["--base", other, "--ns", "2048",
-                                               "--log2-elements", "10"])
+    assert "more than 2^26" in _error(capsys, ["--base", other, "--ns", str(2**27)])
     args = C.parse_args(["--base", other, "--work", "rel"])
     assert args.new == TABLE and os.path.isabs(args.work) and args.rounds == 2
 
@@ -90,23 +89,33 @@ def test_run_order_alternates():
                               ("new", 2)]
 
 
-def _row(op, n, ms, status="ok", path="liger-aot"):
-    return {"op": op, "n": str(n), "path": path, "status": status, "ms": str(ms),
-            "pct_of_2gib_copy": str(round(6.29 / ms, 3))}
+def _row(op, n, ms, status="ok", bwd_ms=""):
+    """A row of the suite's kernels.csv as csv.DictReader gives it (empty: not timed):
+    forward `ms`, backward `bwd_ms`, both their sum."""
+    row = {"op": op, "sweep_value": str(n), "path": "liger-aot", "status": status}
+    for pass_, value in (("fwd", ms), ("bwd", bwd_ms), ("fwdbwd", bwd_ms and ms + bwd_ms)):
+        row[f"{pass_}_graph_ms"] = str(value)
+        row[f"{pass_}_graph_pct_copy"] = str(round(6.29 / value, 3)) if value else ""
+    return row
 
 
 def test_merge_takes_medians_and_drops_failed_results():
     rounds = {
-        "base": [[_row("rms_norm", 896, 0.070), _row("layer_norm", 896, 0.080)],
-                 [_row("rms_norm", 896, 0.072), _row("layer_norm", 896, 0.082)],
-                 [_row("rms_norm", 896, 0.090), _row("layer_norm", 896, 0.081)]],
-        "new": [[_row("rms_norm", 896, 0.0692), _row("layer_norm", 896, float("nan"),
-                                                     status="wrong: rel. error 1e-1")]],
+        "base": [[_row("rms_norm", 896, 0.070, bwd_ms=0.1), _row("layer_norm", 896, 0.080)],
+                 [_row("rms_norm", 896, 0.072, bwd_ms=0.1), _row("layer_norm", 896, 0.082)],
+                 [_row("rms_norm", 896, 0.090, bwd_ms=0.1), _row("layer_norm", 896, 0.081)]],
+        "new": [[_row("rms_norm", 896, 0.0692, bwd_ms=0.09),
+                 _row("layer_norm", 896, "", status="check failed")]],
     }
-    configs = {"base": {"rms_norm": {"896": "A"}, "layer_norm": {"896": "B"}},
-               "new": {"rms_norm": {"896": "C"}, "layer_norm": {"896": "B"}}}
-    rms, ln = C.merge(rounds, configs)
-    assert (rms["op"], rms["n"]) == ("rms_norm", 896)
+    configs = {"base": {"rms_norm": {"896": {"fwd": "A", "bwd": "D"}},
+                        "layer_norm": {"896": {"fwd": "B", "bwd": "E"}}},
+               "new": {"rms_norm": {"896": {"fwd": "C", "bwd": "D"}},
+                       "layer_norm": {"896": {"fwd": "B", "bwd": "E"}}}}
+    records = {(r["op"], r["pass"]): r for r in C.merge(rounds, configs)}
+    assert len(records) == 6
+    rms, ln = records["rms_norm", "fwd"], records["layer_norm", "fwd"]
+    rms_bwd, rms_both = records["rms_norm", "bwd"], records["rms_norm", "fwdbwd"]
+    assert (rms["op"], rms["n"], rms["pass"]) == ("rms_norm", 896, "fwd")
     assert rms["base_ms"] == pytest.approx(0.072) and rms["new_ms"] == pytest.approx(0.0692)
     assert rms["change_pct"] == pytest.approx(100 * (0.0692 / 0.072 - 1))
     assert rms["base_pct_of_copy"] == pytest.approx(6.29 / 0.072, abs=1e-3)
@@ -114,10 +123,14 @@ def test_merge_takes_medians_and_drops_failed_results():
     assert ln["base_ms"] == pytest.approx(0.081)
     assert ln["new_ms"] is None and ln["change_pct"] is None and ln["new_runs"] == 0
     assert (rms["base_config"], rms["new_config"], ln["new_config"]) == ("A", "C", "B")
-    lines = C.table_lines([rms, ln])
-    assert lines[2].startswith("| rms_norm | 896 | 0.0720 | 0.0692 | -3.9% |")
+    assert rms_bwd["new_ms"] == pytest.approx(0.09) and rms_bwd["new_config"] == "D"
+    assert rms_both["base_ms"] == pytest.approx(0.172) and rms_both["new_config"] == "C + D"
+    # the layer_norm rows had no backward timed: no figures, not zeros
+    assert records["layer_norm", "bwd"]["base_ms"] is None
+    lines = C.table_lines([rms, ln, rms_bwd])
+    assert lines[2].startswith("| rms_norm | 896 | fwd | 0.0720 | 0.0692 | -3.9% |")
     assert lines[2].endswith("| changed |") and lines[3].endswith("| same |")
-    assert "| 0.0810 | - | - |" in lines[3]
+    assert "| 0.0810 | - | - |" in lines[3] and lines[4].endswith("| same |")
 
 
 def test_stage_copies_the_sources_with_the_table(tmp_path):
@@ -127,7 +140,7 @@ def test_stage_copies_the_sources_with_the_table(tmp_path):
     staged = stage / "liger_aot" / "kernel_src" / "tuned" / "sm90.json"  # through the link
     assert os.path.realpath(staged) == os.path.realpath(stage / "kernel_src/tuned/sm90.json")
     assert staged.read_text() == open(other).read()
-    assert (stage / "benchmarks" / "experiment_norm_size.py").is_file()
+    assert (stage / "benchmarks" / "suite.py").is_file()
     assert not list(stage.rglob("__pycache__"))
     C.stage(TABLE, str(stage), "sm90")  # a stage of this script is replaced
     assert staged.read_text() == open(TABLE).read()
@@ -180,10 +193,12 @@ def test_configs_child_reads_its_stages_table(tmp_path):
     from kernel_src import tuning
 
     for n in (896, 4096):
-        assert found["same"]["rms_norm"][str(n)] == tuning.select(rms.FWD, "sm90", (n, False),
-                                                                  2).tag
-    assert found["trimmed"]["rms_norm"]["896"] == rms.select_config(896, False).tag
-    assert found["trimmed"]["rms_norm"]["896"] != found["same"]["rms_norm"]["896"]
+        for pass_, spec in (("fwd", rms.FWD), ("bwd", rms.BWD)):
+            assert found["same"]["rms_norm"][str(n)][pass_] == tuning.select(
+                spec, "sm90", (n, False), 2).tag
+    trimmed, same = found["trimmed"]["rms_norm"]["896"], found["same"]["rms_norm"]["896"]
+    assert trimmed["fwd"] == rms.select_config(896, False).tag != same["fwd"]
+    assert trimmed["bwd"] == same["bwd"]
     assert found["trimmed"]["layer_norm"] == found["same"]["layer_norm"]
 
 
@@ -192,12 +207,13 @@ import csv, os, sys
 out = sys.argv[sys.argv.index("--out") + 1]
 os.makedirs(out)
 ms = {"stage-base": 0.0720, "stage-new": 0.0700}[os.path.basename(os.getcwd())]
-with open(os.path.join(out, "norm_size.csv"), "w", newline="") as f:
+with open(os.path.join(out, "kernels.csv"), "w", newline="") as f:
     w = csv.writer(f)
-    w.writerow(["log2_elements", "timer", "op", "n", "path", "status", "ms", "pct_of_2gib_copy",
-                "pct_of_same_size_neg"])
-    w.writerow([26, "suite", "neg", "", "", "ok", 0.068, 92.0, 100.0])
-    w.writerow([26, "suite", "rms_norm", 896, "liger-aot", "ok", ms, 6.29 / ms, 0])
+    w.writerow(["op", "shape", "sweep_value", "path", "status", "fwd_graph_ms",
+                "fwd_graph_pct_copy", "bwd_graph_ms", "bwd_graph_pct_copy", "fwdbwd_graph_ms",
+                "fwdbwd_graph_pct_copy"])
+    w.writerow(["rms_norm", "74898x896", 896, "liger-aot", "ok", ms, 6.29 / ms, 0.1, 62.9,
+                ms + 0.1, 6.29 / (ms + 0.1)])
 """
 
 
@@ -207,7 +223,7 @@ def test_main_stages_runs_in_order_and_writes_the_comparison(tmp_path, monkeypat
     def fake_commands(args, label, round_index):
         real = real_commands(args, label, round_index)
         calls.append((label, round_index))
-        tag = json.dumps({"rms_norm": {"896": label}})
+        tag = json.dumps({"rms_norm": {"896": {"fwd": label, "bwd": "same"}}})
         return {"build": [sys.executable, "-c", "pass"], "verify": real["verify"][:2] + ["pass"],
                 "configs": [sys.executable, "-c", f"print({tag!r})"],
                 "time": [sys.executable, "-c", FAKE_TIMING] + real["time"][2:]}
@@ -217,13 +233,17 @@ def test_main_stages_runs_in_order_and_writes_the_comparison(tmp_path, monkeypat
     C.main(["--base", _other_table(tmp_path), "--work", str(tmp_path / "w"), "--out", str(out),
             "--ops", "rms_norm", "--ns", "896"])
     printed = capsys.readouterr().out
-    assert "| rms_norm | 896 | 0.0720 | 0.0700 | -2.8% |" in printed and "| changed |" in printed
+    assert "| rms_norm | 896 | fwd | 0.0720 | 0.0700 | -2.8% |" in printed
+    assert "| rms_norm | 896 | bwd | 0.1000 | 0.1000 | +0.0% |" in printed
     with open(out / "compare_tables.csv", newline="") as f:
-        (row,) = list(csv.DictReader(f))
+        rows = {r["pass"]: r for r in csv.DictReader(f)}
+    assert set(rows) == {"fwd", "bwd", "fwdbwd"}
+    row = rows["fwd"]
     assert (row["base_runs"], row["new_runs"]) == ("2", "2")
+    assert (rows["bwd"]["base_config"], rows["fwdbwd"]["new_config"]) == ("same", "new + same")
     assert (row["base_config"], row["new_config"]) == ("base", "new")
     assert float(row["change_pct"]) == pytest.approx(100 * (0.07 / 0.072 - 1))
     # staged and built first, then timed A B B A
     assert calls[-4:] == [("base", 0), ("new", 0), ("new", 1), ("base", 1)]
     for label in ("base", "new"):
-        assert (tmp_path / "w" / f"stage-{label}" / "round1" / "norm_size.csv").is_file()
+        assert (tmp_path / "w" / f"stage-{label}" / "round1" / "kernels.csv").is_file()

@@ -49,6 +49,7 @@ if "--compile-only" in sys.argv:
     os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported: it compiles only
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 import torch  # noqa: E402
 import triton  # noqa: E402
@@ -303,51 +304,33 @@ def run_copy(elements, repeats, dirty, bench):
 
 def compile_only(cases):
     """Each wrapper and its plain kernel compiled for sm90 (no GPU), as the build compiles
-    the op's aligned bf16 variant: their registers, spills and shared memory. cases: (op,
-    n, config)."""
+    the op's aligned bf16 variant: their registers, local memory, stack (spills) and shared
+    memory. cases: (op, n, config)."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    target = GPUTarget("cuda", 90, 32)
+    from _sm90 import compile_sm90, sm90_usage  # tests/: sm90 ptxas
+
+    def usage(k):
+        return (f"{k['regs']} registers, {k['local']} B local, {k['stack']} B stack, "
+                f"{k['shared']} B shared")
+
     for op, n, config in cases:
-        spec, plain, wrapper = OPS[op][:3]
-        variant = spec.variant("bf16", "a16", (("CASTING", 0),) if op == "rms_norm" else (),
-                               config)
-        attrs = variant.divisibility_attrs()
-        found, regs = [], 0
-        for fn, sig, fn_attrs in (
-                (plain, variant.signature(), attrs),
-                (wrapper, {"T": "*i64", **variant.signature()},
-                 {(0,): [["tt.divisibility", 16]], **{(i + 1,): v for (i,), v in attrs.items()}})):
-            compile_options = config.compile_options()
-            if regs:  # the wrapper at the plain kernel's registers, as run_case does
-                compile_options["maxnreg"] = regs
-            kernel = triton.compile(ASTSource(fn, signature=sig, constexprs=variant.constexprs(),
-                                              attrs=fn_attrs),
-                                    target=target, options=compile_options)
-            usage = _resource_usage(kernel.asm["cubin"])
-            regs = regs or usage["REG"]
-            found.append(f"{usage['REG']} registers, {usage['LOCAL']} B local, "
-                         f"{kernel.metadata.shared} B shared")
-        print(f"{op} N={n} {config.tag}: plain {found[0]}; stamped at maxnreg {regs}: "
-              f"{found[1]}", flush=True)
-
-
-def _resource_usage(cubin: bytes) -> dict:
-    """{"REG": registers a thread, "LOCAL": local (spill) bytes} from Triton's cuobjdump."""
-    import subprocess
-    import tempfile
-
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin",
-                        "cuobjdump")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        out = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True,
-                             text=True, check=True).stdout
-    usage = dict(word.split(":", 1) for word in out.split() if word.startswith(("REG:",
-                                                                               "LOCAL:")))
-    return {k: int(v) for k, v in usage.items()}
+        spec, wrapper = OPS[op][0], OPS[op][2]
+        options = (("CASTING", 0),) if op == "rms_norm" else ()
+        plain = compile_sm90(spec, options, config)
+        variant = spec.variant("bf16", "a16", options, config)
+        # the wrapper at the plain kernel's registers, as run_case launches it
+        stamped = triton.compile(
+            ASTSource(wrapper, signature={"T": "*i64", **variant.signature()},
+                      constexprs=variant.constexprs(),
+                      attrs={(0,): [["tt.divisibility", 16]],
+                             **{(i + 1,): v for (i,), v in variant.divisibility_attrs().items()}}),
+            target=GPUTarget("cuda", 90, 32),
+            options={**config.compile_options(), "maxnreg": plain["regs"]})
+        print(f"{op} N={n} {config.tag}: plain {usage(plain)}; stamped at maxnreg "
+              f"{plain['regs']}: {usage({'shared': stamped.metadata.shared, **sm90_usage(stamped.asm['cubin'])})}",
+              flush=True)
 
 
 def main(argv=None):

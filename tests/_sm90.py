@@ -3,18 +3,20 @@ which Gluon cannot use) and reports what ptxas made of it: shared memory, regist
 memory, stack (where ptxas's spills go) and the PTX. Shared by the staged kernels' tests."""
 import json
 import os
+import re
 import subprocess
 import sys
 
 from liger_aot.kernel_src import tuning
 
 _COMPILE = """
-import json, os, re, subprocess, sys, tempfile
+import json, sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.experimental.gluon._runtime import GluonASTSource
 from liger_aot.kernel_src import all_specs, is_gluon, triton_function, tuning
+from _sm90 import sm90_usage
 
 name, options, record = json.loads(sys.argv[1])
 spec = next(s for s in all_specs() if s.name == name)
@@ -25,17 +27,8 @@ source = (GluonASTSource if is_gluon(fn) else ASTSource)(
     attrs=variant.divisibility_attrs())
 kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32),
                         options=variant.config.compile_options())
-# ptxas's resource usage (registers, local memory, stack: spills) from the cubin
-tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-    f.write(kernel.asm["cubin"])
-    f.flush()
-    usage = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
 print(json.dumps({"shared": kernel.metadata.shared, "ptx": kernel.asm["ptx"],
-                  "regs": int(re.search(r"REG:(\\d+)", usage).group(1)),
-                  "local": int(re.search(r"LOCAL:(\\d+)", usage).group(1)),
-                  # ptxas's spills show here (as STL/LDL in the SASS), not under LOCAL
-                  "stack": int(re.search(r"STACK:(\\d+)", usage).group(1))}))
+                  **sm90_usage(kernel.asm["cubin"])}))
 """
 
 SM90_SHARED_PER_BLOCK = 232448  # bytes: 227 KB a block
@@ -47,8 +40,32 @@ SM90_WARPS = 64  # resident warps an SM
 SM90_BLOCKS = 32  # resident blocks an SM
 
 
+def sm90_usage(cubin: bytes) -> dict:
+    """ptxas's resource usage of a cubin, from Triton's cuobjdump: {"regs": registers a
+    thread, "local": local memory bytes, "stack": stack bytes, where ptxas's spills show (as
+    STL/LDL in the SASS), not under local}."""
+    import tempfile
+
+    import triton
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin",
+                        "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        usage = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True,
+                               check=True).stdout
+    return {key: int(re.search(rf"{word}:(\d+)", usage).group(1))
+            for key, word in (("regs", "REG"), ("local", "LOCAL"), ("stack", "STACK"))}
+
+
 def compile_sm90(spec, options, config) -> dict:
+    """Compile the bf16 aligned variant of `spec` with `options` and `config` for sm90 in a
+    child process: {"shared", "ptx", "regs", "local", "stack"}."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    # the child imports sm90_usage from this folder
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (os.path.dirname(os.path.abspath(
+        __file__)), env.get("PYTHONPATH"))))
     arg = json.dumps([spec.name, options, tuning.config_record(config)])
     done = subprocess.run([sys.executable, "-c", _COMPILE, arg], env=env, capture_output=True,
                           text=True, timeout=600)

@@ -516,8 +516,9 @@ def test_experiment_norm_timeline_reads_config_tags():
 
 
 def test_experiment_norm_timeline_compiles_for_sm90():
-    """--compile-only: each stamped wrapper compiles for sm90 next to its plain kernel, at the
-    plain kernel's registers, without spills; bad arguments are refused first."""
+    """--compile-only: each stamped wrapper of the table's configs compiles for sm90 next to
+    its plain kernel, at the plain kernel's registers, with no local memory and no stack
+    (where spills go) of its own; bad arguments are refused first."""
     script = os.path.join(ROOT, "benchmarks", "experiment_norm_timeline.py")
     done = subprocess.run([sys.executable, script, "--compile-only", "--ns", "1024,32768"],
                           capture_output=True, text=True, timeout=900)
@@ -527,8 +528,9 @@ def test_experiment_norm_timeline_compiles_for_sm90():
     for line in lines:
         plain, stamped = line.split("plain ")[1].split("; stamped at maxnreg ")
         regs = int(stamped.split(":")[0])
-        assert plain.startswith(f"{regs} registers, 0 B local")
-        assert int(stamped.split(": ")[1].split()[0]) <= regs and " 0 B local" in stamped
+        assert plain.startswith(f"{regs} registers, 0 B local, 0 B stack"), line
+        stamped = stamped.split(": ")[1]
+        assert int(stamped.split()[0]) <= regs and " 0 B local, 0 B stack" in stamped, line
     _assert_refuses(script, ((["--ops", "swiglu"], "'swiglu' is not one of"),
                              (["--ns", "1000"], "must divide 2^26"),
                              (["--repeats", "0"], "at least 1"),

@@ -105,7 +105,7 @@ def parse_args(argv=None):
                    help="check the tables and print the commands without running them")
     args = p.parse_args(argv)
     for op in args.ops.split(","):
-        if op not in NORM_OPS:  # experiment_norm_size.py would refuse it after the builds
+        if op not in NORM_OPS:  # suite.py would refuse it after the builds
             p.error(f"--ops: {op!r} is not one of {', '.join(NORM_OPS)}")
     if args.rounds < 1:
         p.error("--rounds: at least 1")
@@ -121,14 +121,15 @@ def parse_args(argv=None):
         p.error("--ns: a row of more than 2^26 elements, the suite's norm size")
     args.new = args.new or tuning.table_path(args.arch)
     args.work = os.path.abspath(args.work)
-    for name in ("base", "new"):
+    args.sha256 = {}  # label -> the table's sha256, each file read once
+    for label in LABELS:
         try:
-            tuning.read_table(getattr(args, name), args.arch)
+            args.sha256[label] = tuning.read_table(getattr(args, label), args.arch)[0]
         except FileNotFoundError:
-            p.error(f"--{name}: {getattr(args, name)}: no such file")
+            p.error(f"--{label}: {getattr(args, label)}: no such file")
         except ValueError as e:
-            p.error(f"--{name}: {e}")
-    if tuning.read_table(args.base, args.arch)[0] == tuning.read_table(args.new, args.arch)[0]:
+            p.error(f"--{label}: {e}")
+    if args.sha256["base"] == args.sha256["new"]:
         p.error("--base and --new are the same table: nothing to compare")
     return args
 
@@ -280,8 +281,7 @@ def main(argv=None):
     args = parse_args(argv)
     tables = {"base": args.base, "new": args.new}
     for label in LABELS:
-        sha = tuning.read_table(tables[label], args.arch)[0]
-        print(f"{label}: {tables[label]} (sha256 {sha[:12]})")
+        print(f"{label}: {tables[label]} (sha256 {args.sha256[label][:12]})")
     if args.dry_run:
         for label in LABELS:
             cmds = commands(args, label, 0)

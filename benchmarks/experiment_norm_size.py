@@ -88,7 +88,7 @@ def reference_rates(k: int, timers: Timers, names) -> dict:
     x = torch.randn(2**k, device="cuda", dtype=torch.bfloat16)
     y = torch.empty_like(x)
     kinds = {"copy_": lambda: y.copy_(x), "neg": lambda: torch.neg(x, out=y)}
-    rates = {(kind, t): 4 * 2**k / (timers.time(fn, t) * 1e-3)
+    rates = {(kind, t): timed_bytes(kind, k, "") / (timers.time(fn, t) * 1e-3)
              for kind, fn in kinds.items() for t in names}
     del x, y
     torch.cuda.empty_cache()
@@ -101,23 +101,26 @@ FIT_FIELDS = ("timer", "op", "n", "path", "sizes", "fixed_us", "rate_tbps", "rat
               "suite_size_pct_of_copy", "fixed_us_for_target")
 
 
-def bytes_per_element(op: str) -> int:
-    """The suite's count: x read and y written (the copies: one read, one write), and the
-    fused add's r read and s written besides."""
-    return 8 if op == "fused_add_rms_norm" else 4
+def timed_bytes(op: str, k: int, n) -> int:
+    """The bytes a timing of 2^k elements counts: a norm case's forward traffic at rows of n
+    (benchmarks/suite.py's count, as main's rates use), one read and one write an element
+    for the references (neg, copy_)."""
+    if op in suite.CASES:
+        return suite.CASES[op].traffic({"M": 2**k // int(n), "N": int(n)}, 2)["fwd"]
+    return 4 * 2**k
 
 
 def fit_fixed_and_rate(records: list, ceiling: float) -> list:
     """One record per (timer, op, n, path) timed ok at two sizes or more: the least-squares
-    line ms = fixed + bytes / rate through its timings (bytes_per_element), and at that rate
-    the fixed cost under which 2^26 elements reach TARGET of `ceiling` (bytes a second)."""
+    line ms = fixed + bytes / rate through its timings (timed_bytes), and at that rate the
+    fixed cost under which 2^26 elements reach TARGET of `ceiling` (bytes a second)."""
     groups = {}
     for r in records:
         # copy_ is a memcpy node, 2.7 TB/s at 512 MiB: not a line through the sizes
         if r["op"] == "copy_" or r["status"] != "ok" or not math.isfinite(float(r["ms"])):
             continue
         key = (r["timer"], r["op"], str(r["n"]), r["path"])
-        nbytes = bytes_per_element(r["op"]) * 2**int(r["log2_elements"])
+        nbytes = timed_bytes(r["op"], int(r["log2_elements"]), r["n"])
         groups.setdefault(key, []).append((nbytes, float(r["ms"]) * 1e-3))
     fits = []
     for (timer, op, n, path), points in groups.items():
@@ -128,7 +131,7 @@ def fit_fixed_and_rate(records: list, ceiling: float) -> list:
         slope = (sum((x - x_mean) * (t - t_mean) for x, t in zip(xs, ts))
                  / sum((x - x_mean) ** 2 for x in xs))  # seconds a byte
         fixed = t_mean - slope * x_mean
-        suite_bytes = bytes_per_element(op) * 2**SUITE_LOG2
+        suite_bytes = timed_bytes(op, SUITE_LOG2, n)
         suite_time = fixed + slope * suite_bytes
         fits.append({"timer": timer, "op": op, "n": n, "path": path, "sizes": len(points),
                      "fixed_us": fixed * 1e6, "rate_tbps": 1 / slope / 1e12,
@@ -168,7 +171,7 @@ def refit(csv_path: str, out: str):
     if not refs:
         raise SystemExit(f"--fit: {csv_path} has no neg rows (not a norm_size.csv?)")
     r = refs[0]
-    ceiling = 4 * 2**int(r["log2_elements"]) / (float(r["ms"]) * 1e-3) / (
+    ceiling = timed_bytes("neg", int(r["log2_elements"]), "") / (float(r["ms"]) * 1e-3) / (
         float(r["pct_of_2gib_copy"]) / 100)
     fits = fit_fixed_and_rate(records, ceiling)
     if not fits:
@@ -234,14 +237,14 @@ def main(argv=None):
             print(f"2^{k} {kind:6} {t:5} {rate / 1e12:.2f} TB/s ({100 * rate / big:.1f}% of the "
                   f"2 GiB copy)", flush=True)
             records.append({"log2_elements": k, "timer": t, "op": kind, "n": "", "path": "",
-                            "status": "ok", "ms": 4 * 2**k / rate * 1e3,
+                            "status": "ok", "ms": timed_bytes(kind, k, "") / rate * 1e3,
                             "pct_of_2gib_copy": 100 * rate / big,
                             "pct_of_same_size_neg": 100 * rate / refs[("neg", t)]})
         for op in ops:
             case = suite.CASES[op]
             for n in ns:
                 shape = {"M": 2**k // n, "N": n}
-                traffic = case.traffic(shape, 2)["fwd"]
+                traffic = timed_bytes(op, k, n)
                 gen = torch.Generator(device="cuda")
                 gen.manual_seed(0)
                 dynamo.reset()  # a fresh compile per shape, as the suite does

@@ -3,7 +3,6 @@ argument parsing, CSV, table, plots and targets on fabricated rows, and one end-
 of --smoke (CPU, tiny shapes, liger-aot through Triton's interpreter). Nothing here times
 anything that matters."""
 import csv
-import importlib.util
 import math
 import os
 import subprocess
@@ -12,21 +11,11 @@ import sys
 import pytest
 import torch
 
+from _scripts import load_benchmark
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "benchmarks", "suite.py")
-
-
-def _load_script(name):
-    """benchmarks/<name>.py as module bench_<name>."""
-    spec = importlib.util.spec_from_file_location(f"bench_{name}",
-                                                  os.path.join(ROOT, "benchmarks", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-K = _load_script("suite")
+K = load_benchmark("suite")
 BF16 = 2
 
 
@@ -428,7 +417,7 @@ def _assert_refuses(script: str, cases):
 def test_experiment_norm_size_fit_recovers_a_line():
     """The fixed-cost split: timings made from a known line (fixed 7 us, 4.3 TB/s) at three
     sizes give that line back; one size, a failed timing and copy_ give no fit."""
-    size = _load_script("experiment_norm_size")
+    size = load_benchmark("experiment_norm_size")
     ceiling, fixed, rate = 4.27e12, 7e-6, 4.3e12
 
     def row(k, op, n, ms, status="ok", path="liger-aot"):
@@ -477,7 +466,7 @@ def test_experiment_norm_size_refits_a_committed_run(tmp_path):
 
 def test_experiment_norm_timeline_analysis():
     """The timeline of one launch from fabricated stamps (ns): two SMs, two programs each."""
-    timeline = _load_script("experiment_norm_timeline")
+    timeline = load_benchmark("experiment_norm_timeline")
     start, end, sm = [0, 10, 1, 11], [10, 20, 11, 15], [0, 0, 1, 1]
     a = timeline.analyze(start, end, sm)
     assert (a["programs"], a["peak_in_flight"]) == (4, 2)
@@ -496,7 +485,7 @@ def test_experiment_norm_timeline_analysis():
 def test_experiment_norm_timeline_reads_config_tags():
     """--alternatives reads the tuned table's refined tags back into configs: every tag of
     the norm forwards' entries round-trips; a chosen config is not its own alternative."""
-    timeline = _load_script("experiment_norm_timeline")
+    timeline = load_benchmark("experiment_norm_timeline")
     _, table = timeline.tuning.load_table("sm90")
     tags = {c["tag"] for spec in ("rms_norm_fwd", "layer_norm_fwd")
             for entry in table["specs"][spec].values()

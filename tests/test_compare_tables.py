@@ -2,7 +2,6 @@
 that a build is the one of its table (on the session's shared sm90 build), the A B B A order,
 and main's bookkeeping with the build and the timing replaced by stand-ins."""
 import csv
-import importlib.util
 import json
 import os
 import subprocess
@@ -11,20 +10,14 @@ import sys
 import pytest
 
 from _artifacts import needs_shared_build, shared_build
+from _scripts import load_benchmark
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "benchmarks", "compare_tables.py")
 TABLE = os.path.join(ROOT, "kernel_src", "tuned", "sm90.json")
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("bench_compare_tables", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-C = _load()
+C = load_benchmark("compare_tables")
 
 
 def _other_table(tmp_path, name="other.json"):
@@ -63,11 +56,7 @@ def test_arguments_refused_with_reasons(tmp_path, capsys):
 
 
 def test_ops_are_the_suites_norm_cases():
-    spec = importlib.util.spec_from_file_location("bench_suite_for_tables",
-                                                  os.path.join(ROOT, "benchmarks", "suite.py"))
-    suite = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = suite  # dataclasses look their module up
-    spec.loader.exec_module(suite)
+    suite = load_benchmark("suite")
     assert C.NORM_OPS == tuple(op for op, case in suite.CASES.items() if case.sweep == "N")
 
 

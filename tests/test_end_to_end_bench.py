@@ -2,7 +2,6 @@
 estimates, child environments, the tables / CSV / JSON on fabricated child results, and one
 tiny CPU run of the whole parent -> child flow (HF mode only: seconds)."""
 import csv
-import importlib.util
 import json
 import os
 import subprocess
@@ -11,16 +10,15 @@ import sys
 import pytest
 import torch
 
+from _scripts import load_benchmark
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "benchmarks", "end_to_end.py")
 
 
 @pytest.fixture(scope="module")
 def e2e():
-    spec = importlib.util.spec_from_file_location("end_to_end_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("end_to_end")
 
 
 # -- configs ---------------------------------------------------------------------------------

@@ -328,9 +328,9 @@ def compile_only(cases):
                              **{(i + 1,): v for (i,), v in variant.divisibility_attrs().items()}}),
             target=GPUTarget("cuda", 90, 32),
             options={**config.compile_options(), "maxnreg": plain["regs"]})
+        stamped = {"shared": stamped.metadata.shared, **sm90_usage(stamped.asm["cubin"])}
         print(f"{op} N={n} {config.tag}: plain {usage(plain)}; stamped at maxnreg "
-              f"{plain['regs']}: {usage({'shared': stamped.metadata.shared, **sm90_usage(stamped.asm['cubin'])})}",
-              flush=True)
+              f"{plain['regs']}: {usage(stamped)}", flush=True)
 
 
 def main(argv=None):

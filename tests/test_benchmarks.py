@@ -526,6 +526,29 @@ def test_experiment_norm_timeline_compiles_for_sm90():
                              ([], "no CUDA device")))
 
 
+def test_norm_fixed_cost_run_without_a_gpu(tmp_path):
+    """benchmarks/norm_fixed_cost_run.sh (one device call of the fixed-cost experiments):
+    refuses a bad budget and a missing OUT; without a GPU each step says so in its log, a
+    missing base table skips the A/B, and the logs come back in one archive."""
+    import tarfile
+    script = os.path.join(ROOT, "benchmarks", "norm_fixed_cost_run.sh")
+    env = {k: v for k, v in os.environ.items() if k != "OUT"}
+    for args, extra, words in ((["abc"], {"OUT": str(tmp_path)}, "must be a whole number"),
+                               (["30"], {}, "OUT is not set")):
+        done = subprocess.run(["bash", script, *args], env={**env, **extra},
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and words in done.stderr, done.stderr
+    done = subprocess.run(["bash", script, "60", str(tmp_path / "none.json")],
+                          env={**env, "OUT": str(tmp_path)}, capture_output=True, text=True,
+                          timeout=300)
+    assert "compare_tables: skipped, no base table" in done.stdout, done.stdout
+    with tarfile.open(tmp_path / "norm_fixed_cost.tgz") as archive:
+        logs = {os.path.basename(m.name): archive.extractfile(m).read().decode()
+                for m in archive.getmembers() if m.name.endswith(".log")}
+    assert sorted(logs) == ["size.log", "timeline.log", "timeline_64k.log"]
+    assert all("no CUDA device" in text for text in logs.values()), logs
+
+
 def test_experiment_rope_smoke_and_arguments():
     """benchmarks/experiment_rope.py --smoke: every candidate kernel (the library's looped and
     whole-position kernels, the probes, one in place) through Triton's interpreter matches

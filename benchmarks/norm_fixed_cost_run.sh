@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The norm forwards' fixed-cost measurements (docs/perf-notes.md, sessions 28-29) as one
+# device call, most needed first, each step cut short so the whole run ends within a budget:
+#   1. experiment_norm_timeline.py --alternatives: where the fixed cost a call goes (ramp or
+#      tail), 1K-32K, then LayerNorm at 64K;
+#   2. experiment_norm_size.py over 2^24..2^28 elements: the fixed cost and the rate, fitted
+#      (the current table, JIT-compiled: timing needs no build);
+#   3. compare_tables.py: the current table against BASE_TABLE at 896-2048 columns, where
+#      session 27's table changed the forwards' configs (builds both tables: the longest step).
+# Results go to $OUT/norm_fixed_cost.tgz (one file: the device returns at most 8).
+#
+# usage: bash benchmarks/norm_fixed_cost_run.sh [SECONDS [BASE_TABLE]]
+#   SECONDS     the whole run's budget (default 560); a step that would start past it is cut
+#   BASE_TABLE  the older tuned table (default .whl/sm90-session26.json; make it with
+#               git show 21e3c46~1:kernel_src/tuned/sm90.json > .whl/sm90-session26.json)
+# Where Liger-Kernel or other wheels are carried in .whl, they are installed first.
+set -uo pipefail
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then sed -n 2,16p "$0"; exit 0; fi
+budget=${1:-560}
+base=${2:-.whl/sm90-session26.json}
+[[ $budget =~ ^[0-9]+$ ]] || { echo "SECONDS must be a whole number, not '$budget'" >&2; exit 2; }
+[ -n "${OUT:-}" ] || { echo "OUT is not set: the folder the results go to" >&2; exit 2; }
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+work=$(mktemp -d)  # the logs and the carried wheels' site, removed once archived
+res=$work/norm_fixed_cost
+mkdir -p "$res"
+trap 'tar czf "$OUT/norm_fixed_cost.tgz" -C "$work" norm_fixed_cost; rm -rf "$work"' EXIT
+if compgen -G ".whl/*.whl" > /dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target "$work/site" .whl/*.whl || exit 1
+    export PYTHONPATH="$work/site:$PYTHONPATH"
+fi
+nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv | tee "$res/gpu.txt"
+start=$(date +%s)
+# seconds a step may take: its own cap, or what is left of the budget
+left() { local l=$((budget - ($(date +%s) - start))); [ "$l" -gt "$1" ] && l=$1; echo "$l"; }
+step() {  # step NAME CAP COMMAND...: runs COMMAND under the time it may take, logged
+    local name=$1 cap; cap=$(left "$2"); shift 2
+    if [ "$cap" -lt 20 ]; then echo "== $name: skipped, the budget is spent"; return; fi
+    echo "== $name ($(date +%T), ${cap} s at most)"
+    timeout "$cap" "$@" 2>&1 | tee "$res/$name.log"
+}
+step timeline 170 python3 benchmarks/experiment_norm_timeline.py --alternatives \
+    --out "$res/timeline"
+step timeline_64k 45 python3 benchmarks/experiment_norm_timeline.py --ops layer_norm \
+    --ns 65536 --alternatives --out "$res/timeline_64k"
+step size 160 python3 benchmarks/experiment_norm_size.py --log2-elements 24,25,26,27,28 \
+    --ops rms_norm,layer_norm --paths liger-aot --out "$res/size"
+if [ -f "$base" ]; then
+    step compare_tables 600 python3 benchmarks/compare_tables.py --base "$base" \
+        --ops rms_norm,layer_norm --ns 896,1024,1536,2048 --jobs "$(nproc)" --out "$res/cmp"
+else
+    echo "== compare_tables: skipped, no base table at $base"
+fi
+echo "== done after $(( $(date +%s) - start )) s"

@@ -17,7 +17,7 @@ from liger_aot.kernel_src import all_specs, tuning
 from liger_aot.kernel_src.relu_squared import spec as relu_squared
 from liger_aot.kernel_src.rms_norm import spec as rms
 from liger_aot.kernel_src.spec import (ALIGN_CLASSES, DTYPES, EXACT_KEY, STAGED_KEYS, Config,
-                                       exact_length, inexact_twin, is_staged)
+                                       exact_length, inexact_twin, is_staged, staged_twin)
 from liger_aot.kernel_src.swiglu import spec as swiglu
 from liger_aot.runtime import Kernel, device, registry
 
@@ -726,18 +726,18 @@ def _interpreted_once(candidates):
     """A case's candidates as the interpreter runs them: one config per set of constexprs.
     The interpreter is handed the constexprs alone (Kernel._interpret), so configs that
     differ only in launch options (warps, stages, register cap, fma contraction) compute the
-    same thing there; running each would triple the test's time for nothing. STAGES counts
-    as a launch option outside the staged (Gluon) kernels: the Triton kernels only pass it
-    to tl.range's num_stages, which the interpreter ignores (the staged kernels, marked by
-    STAGED, size their shared-memory ring with it). Also without those with the row length
-    compiled in (EXACT_KEY): their code is their twins' with n_cols a constant, which
-    tests/test_norm_looped_forward.py runs (both families, one and two rows a program), and
-    here they would double the interpreter's time of the looped forwards."""
+    same thing there; running each would triple the test's time for nothing. It runs no
+    Gluon: a staged config runs its Triton twin (spec.staged_twin, as tune.measure does on a
+    CPU), and the Triton kernels only pass STAGES to tl.range's num_stages, which the
+    interpreter ignores, so STAGES counts as a launch option too. Also without those with
+    the row length compiled in (EXACT_KEY): their code is their twins' with n_cols a
+    constant, which tests/test_norm_looped_forward.py runs (both families, one and two rows
+    a program), and here they would double the interpreter's time of the looped forwards."""
     def distinct(bucket, flag=False):
         seen = set()
         for c in candidates(bucket, flag):
-            key = tuple(sorted((k, v) for k, v in c.constexprs.items()
-                               if k != "STAGES" or "STAGED" in c.constexprs))
+            run = staged_twin(c, "", "any")  # what the interpreter runs
+            key = tuple(sorted((k, v) for k, v in run.constexprs.items() if k != "STAGES"))
             if not c.constexprs.get(EXACT_KEY) and key not in seen:
                 seen.add(key)
                 yield c

@@ -18,7 +18,8 @@ GPU's clocks falls on both tables alike.
 
 An old table: `git show <rev>:kernel_src/tuned/sm90.json > old.json`. Prints a table of
 medians by op, row length and pass, with whether the two tables give the op another
-config there, and writes compare_tables.csv (each table's config tags too) under --out.
+config there, and writes compare_tables.csv (each table's config tags too) under --out,
+with each round's suite output in --out/rounds as it finishes.
 On sm90 the ops send some rows of 16K columns and more to the grouped kernels, which no
 table configures: there the two tables time alike.
 """
@@ -100,7 +101,8 @@ def parse_args(argv=None):
                                                   "liger_aot_compare_tables"),
                    help="where the staged sources and builds go (kept: a second run "
                         "reuses the builds)")
-    p.add_argument("--out", default=os.environ.get("OUT", "."), help="where the CSV goes")
+    p.add_argument("--out", default=os.environ.get("OUT", "."),
+                   help="where the CSV and each round's suite output (rounds/) go")
     p.add_argument("--dry-run", action="store_true",
                    help="check the tables and print the commands without running them")
     args = p.parse_args(argv)
@@ -120,7 +122,8 @@ def parse_args(argv=None):
     if any(n > 2**26 for n in ns):
         p.error("--ns: a row of more than 2^26 elements, the suite's norm size")
     args.new = args.new or tuning.table_path(args.arch)
-    args.work = os.path.abspath(args.work)
+    # absolute: the children run in the stages
+    args.work, args.out = os.path.abspath(args.work), os.path.abspath(args.out)
     args.sha256 = {}  # label -> the table's sha256, each file read once
     for label in LABELS:
         try:
@@ -178,8 +181,14 @@ def commands(args, label: str, round_index: int) -> dict:
         "configs": [sys.executable, "-c", CONFIGS, args.arch, args.ops, args.ns],
         "time": [sys.executable, os.path.join(stage, "benchmarks", "suite.py"),
                  "--ops", args.ops, "--norm-ns", args.ns, "--paths", "liger-aot", "--graphs",
-                 "--out", os.path.join(stage, f"round{round_index}")],
+                 "--out", round_dir(args, label, round_index)],
     }
+
+
+def round_dir(args, label: str, round_index: int) -> str:
+    """Where a round's suite output goes: under --out, so a run cut short (a device call's
+    time limit) still brings back every round it finished."""
+    return os.path.join(args.out, "rounds", f"{label}-round{round_index}")
 
 
 def run_order(rounds: int) -> list:
@@ -195,6 +204,17 @@ def read_rounds(path: str) -> list:
     """The liger-aot rows of one round's kernels.csv (the suite's)."""
     with open(path, newline="") as f:
         return [row for row in csv.DictReader(f) if row["path"] == "liger-aot"]
+
+
+def round_lines(label: str, round_index: int, rows: list) -> list:
+    """One line per op and length of a round just timed: its CUDA-graph ms a pass, printed
+    as it comes so that a log cut short still holds every round it finished."""
+    def ms(row, pass_):
+        value = row.get(f"{pass_}_graph_ms") or ""
+        return f"{float(value):.4f}" if row["status"] == "ok" and value else row["status"]
+
+    return [f"[{label}] round {round_index}: {row['op']} N={row['sweep_value']}: "
+            + ", ".join(f"{p} {ms(row, p)}" for p in PASSES) + " ms (graphs)" for row in rows]
 
 
 def merge(rounds: dict, configs: dict) -> list:
@@ -303,7 +323,9 @@ def main(argv=None):
     for label, r in run_order(args.rounds):
         cmd = commands(args, label, r)["time"]
         run_in_stage(args, label, cmd)
-        rounds[label].append(read_rounds(os.path.join(cmd[-1], "kernels.csv")))
+        rows = read_rounds(os.path.join(cmd[-1], "kernels.csv"))
+        print("\n".join(round_lines(label, r, rows)), flush=True)
+        rounds[label].append(rows)
     records = merge(rounds, configs)
     print(f"\nbase {args.base} against new {args.new}, {args.arch}, 2^26 elements, medians "
           f"of {args.rounds} round(s), from CUDA graphs (bwd: with the weight gradient):")

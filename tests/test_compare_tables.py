@@ -234,5 +234,7 @@ def test_main_stages_runs_in_order_and_writes_the_comparison(tmp_path, monkeypat
     assert float(row["change_pct"]) == pytest.approx(100 * (0.07 / 0.072 - 1))
     # staged and built first, then timed A B B A
     assert calls[-4:] == [("base", 0), ("new", 0), ("new", 1), ("base", 1)]
-    for label in ("base", "new"):
-        assert (tmp_path / "w" / f"stage-{label}" / "round1" / "kernels.csv").is_file()
+    for label in ("base", "new"):  # each round's output under --out, and its line printed
+        assert (out / "rounds" / f"{label}-round1" / "kernels.csv").is_file()
+    assert "[base] round 0: rms_norm N=896: fwd 0.0720, bwd 0.1000, fwdbwd 0.1720 ms" in printed
+    assert "[new] round 1: rms_norm N=896: fwd 0.0700, bwd 0.1000, fwdbwd 0.1700 ms" in printed

@@ -2,7 +2,7 @@
 # The norm forwards' fixed-cost measurements (docs/perf-notes.md, sessions 28-29) as one
 # device call, most needed first, each step cut short so the whole run ends within a budget:
 #   1. experiment_norm_timeline.py --alternatives: where the fixed cost a call goes (ramp or
-#      tail), 1K-32K, then LayerNorm at 64K;
+#      tail), 1K-32K (not 64K, where the ops run the grouped kernels, which it cannot stamp);
 #   2. experiment_norm_size.py over 2^24..2^28 elements: the fixed cost and the rate, fitted
 #      (the current table, JIT-compiled: timing needs no build);
 #   3. compare_tables.py: the current table against BASE_TABLE at 896-2048 columns, where
@@ -43,8 +43,6 @@ step() {  # step NAME CAP COMMAND...: runs COMMAND under the time it may take, l
 }
 step timeline 170 python3 benchmarks/experiment_norm_timeline.py --alternatives \
     --out "$res/timeline"
-step timeline_64k 45 python3 benchmarks/experiment_norm_timeline.py --ops layer_norm \
-    --ns 65536 --alternatives --out "$res/timeline_64k"
 step size 160 python3 benchmarks/experiment_norm_size.py --log2-elements 24,25,26,27,28 \
     --ops rms_norm,layer_norm --paths liger-aot --out "$res/size"
 if [ -f "$base" ]; then

@@ -206,15 +206,23 @@ def read_rounds(path: str) -> list:
         return [row for row in csv.DictReader(f) if row["path"] == "liger-aot"]
 
 
+def graph_ms(row: dict, pass_: str) -> float | None:
+    """A suite row's CUDA-graph time of a pass, or None where it has none to trust (a result
+    not `ok`: a failed check, an error, no graph)."""
+    value = row.get(f"{pass_}_graph_ms") or ""
+    return float(value) if row["status"] == "ok" and value else None
+
+
 def round_lines(label: str, round_index: int, rows: list) -> list:
     """One line per op and length of a round just timed: its CUDA-graph ms a pass, printed
     as it comes so that a log cut short still holds every round it finished."""
-    def ms(row, pass_):
-        value = row.get(f"{pass_}_graph_ms") or ""
-        return f"{float(value):.4f}" if row["status"] == "ok" and value else row["status"]
+    def shown_ms(row, pass_):
+        ms = graph_ms(row, pass_)
+        return row["status"] if ms is None else f"{ms:.4f}"
 
     return [f"[{label}] round {round_index}: {row['op']} N={row['sweep_value']}: "
-            + ", ".join(f"{p} {ms(row, p)}" for p in PASSES) + " ms (graphs)" for row in rows]
+            + ", ".join(f"{p} {shown_ms(row, p)}" for p in PASSES) + " ms (graphs)"
+            for row in rows]
 
 
 def merge(rounds: dict, configs: dict) -> list:
@@ -231,11 +239,11 @@ def merge(rounds: dict, configs: dict) -> list:
                     key = (row["op"], int(row["sweep_value"]), pass_)
                     entry = figures.setdefault(key, {}).setdefault(
                         label, {"ms": [], "pct": [], "bad": False})
-                    ms = row.get(f"{pass_}_graph_ms") or ""
-                    if row["status"] != "ok" or not ms:
+                    ms = graph_ms(row, pass_)
+                    if ms is None:
                         entry["bad"] = True
                     else:
-                        entry["ms"].append(float(ms))
+                        entry["ms"].append(ms)
                         entry["pct"].append(float(row[f"{pass_}_graph_pct_copy"]))
     records = []
     for (op, n, pass_), by_label in figures.items():

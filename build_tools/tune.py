@@ -30,7 +30,7 @@ from liger_aot.kernel_src.layer_norm import spec as layer_norm
 from liger_aot.kernel_src.rms_norm import spec as rms_norm
 from liger_aot.kernel_src.softmax import spec as softmax
 from liger_aot.kernel_src.spec import (EXACT_KEY, Config, KernelSpec, exact_length,
-                                       next_power_of_2, staged_twin)
+                                       inexact_twin, next_power_of_2, staged_twin)
 from liger_aot.kernel_src.swiglu import spec as swiglu
 from liger_aot.ops._common import (accumulators, atomic_weight_grad, block_grid,
                                    multiprocessor_count, norm_backward_grid)
@@ -673,14 +673,152 @@ def _refine(case, shapes, configs, score, device, timer, dtype, top) -> dict | N
     return times if 0 in times else None
 
 
+@dataclass
+class Choice:
+    """What _choose measured: times[j][k] config j at shape k (None: failed there), score
+    {valid j: relative mean}, best and chosen indexes, whether index 0 was kept, the refined
+    times {j: [ms]} or None; failed: why config 0 failed (then nothing else is set)."""
+    times: list = None
+    score: dict = None
+    best: int = 0
+    chosen: int = 0
+    keep: bool = True
+    refined: dict | None = None
+    failed: str | None = None
+
+
+def _choose(case, shapes, configs, device, timer, dtype, refine_top, refine_timer) -> Choice:
+    """Time configs at every shape and choose among them: configs[0] (the reference: the
+    heuristic, or an exact config's twin) stays unless another is more than KEEP_WITHIN
+    faster by score; with refine_top > 0 the choice is made on refine_timer's times of the
+    reference and the refine_top best."""
+    per_shape = []
+    for s in shapes:
+        try:
+            per_shape.append(measure(case, s, configs, device, timer, dtype))
+        except Exception as e:  # e.g. out of memory making the inputs: skip the bucket
+            per_shape.append([(configs[0], None, f"{type(e).__name__}: {str(e)[:200]}")])
+            break
+    # times[j][k]: config j at shape k; a config failing at any shape is dropped
+    times = [[results[j][1] if j < len(results) else None for results in per_shape]
+             for j in range(len(configs))]
+    valid = [j for j, ms in enumerate(times) if all(t is not None for t in ms)]
+    if 0 not in valid:
+        return Choice(failed=next(r[0][2] for r in per_shape if r[0][1] is None))
+    # score: mean over the shapes of the time relative to the best there (1.0 = the
+    # fastest at every shape); one shape: the time relative to the best
+    score = _scores({j: times[j] for j in valid})
+    best = min(valid, key=score.get)
+    keep = score[0] <= score[best] * (1 + KEEP_WITHIN)
+    chosen = 0 if keep else best
+    refined = None
+    if refine_top > 0:
+        # do_bench (L2 flushed, a launch a call) and graph replays have ranked the same
+        # config a few percent apart (H200, session 20): choose on the suite's measure
+        refined = _refine(case, shapes, configs, score, device, refine_timer, dtype,
+                          refine_top)
+        if refined is not None:
+            graph_score = _scores(refined)
+            graph_best = min(refined, key=graph_score.get)
+            keep = graph_score[0] <= graph_score[graph_best] * (1 + KEEP_WITHIN)
+            chosen = 0 if keep else graph_best
+    return Choice(times, score, best, chosen, keep, refined)
+
+
+def inexact_shapes(case: Case, shape: tuple) -> list:
+    """timed_shapes at the bucket's 3/4 length (the middle of its lengths), each with as many
+    elements as the bucket's shape: where a config with the bucket's length compiled in
+    (EXACT_KEY) does not serve."""
+    n = shape[1]
+    length = 3 * n // 4
+    return [(rows * n // length, length, *rest) for rows, _, *rest in timed_shapes(case, shape)]
+
+
+def inexact_candidates(case: Case, shape: tuple, exact: Config) -> tuple:
+    """(inexact_shapes, configs) of measure_inexact: the exact config's twin first, then the
+    bucket's other candidates at the 3/4 length (candidates_of leaves out the exact ones)."""
+    shapes = inexact_shapes(case, shape)
+    twin = inexact_twin(exact)
+    return shapes, [twin] + [c for c in candidates_of(case, shapes[0]) if c.tag != twin.tag]
+
+
+def _exact_in_table(table_specs: dict, name: str, key: str) -> tuple:
+    """(record, config) of the table's entry for the bucket where its config has the row
+    length compiled in, else (record or None, None)."""
+    record = table_specs.get(name, {}).get(key)
+    config = tuning.record_config(record["config"]) if record else None
+    return record, (config if config is not None and config.constexprs.get(EXACT_KEY) else None)
+
+
+def measure_inexact(case: Case, shape: tuple, exact: Config, device, timer, dtype, refine_top,
+                    refine_timer, description: str, log=print) -> dict | None:
+    """The record of what the other lengths of an exact config's bucket run (the table entry's
+    "inexact", see kernel_src/tuning.py): the exact config's inexact twin and the bucket's
+    other candidates timed at inexact_shapes, the twin kept unless another is more than
+    KEEP_WITHIN faster (as the heuristic is for the bucket). None where the twin fails: the
+    bucket's other lengths then run the twin as before. Added after an H100 read LayerNorm
+    at 1536 columns 9.8% slower on the 2K bucket's twin than on the table it replaced (session
+    31)."""
+    shapes, configs = inexact_candidates(case, shape, exact)
+    twin = configs[0]
+    c = _choose(case, shapes, configs, device, timer, dtype, refine_top, refine_timer)
+    text = ", ".join("x".join(map(str, s[:2])) for s in shapes)
+    if c.failed:
+        log(f"    other lengths ({text}): the twin {twin.tag} failed ({c.failed}): none kept")
+        return None
+    record = {"config": tuning.config_record(configs[c.chosen]), "shape": list(shapes[0][:2]),
+              "ms": _round(c.times[c.chosen][0]), "twin_ms": _round(c.times[0][0]),
+              "candidates": len(c.score), "device": description}
+    if c.refined is not None:
+        record["refined"] = {"timer": getattr(refine_timer, "__name__", "refine"),
+                             "ms": _round(c.refined[c.chosen][0]),
+                             "twin_ms": _round(c.refined[0][0])}
+    timed = c.refined or {j: c.times[j] for j in c.score}
+    log(f"    other lengths ({text}): twin {timed[0][0]:.4f} ms, chosen "
+        f"{timed[c.chosen][0]:.4f} ms " + ("(the twin)" if c.keep else configs[c.chosen].tag))
+    return record
+
+
+def _tune_inexact_only(cases, table_specs, device, timer, dtype, log, refine_top, refine_timer,
+                       description, on_record) -> tuple:
+    """tune(inexact_of=...): the table's records of the planned buckets whose config has the
+    row length compiled in, each with a new "inexact" record; the rest are left out."""
+    specs, problems = {}, []
+    for name, key, shape, _ in plan(cases):
+        record, config = _exact_in_table(table_specs, name, key)
+        if config is None:
+            log(f"{name} {key}: no exact-length config in the table, nothing to measure")
+            continue
+        log(f"{name} {key}: the table's {config.tag}")
+        inexact = measure_inexact(cases[name], shape, config, device, timer, dtype, refine_top,
+                                  refine_timer, description, log)
+        kept = {k: v for k, v in record.items() if k != "inexact"}
+        if inexact is None:
+            problems.append(f"{name} {key}: the twin of {config.tag} failed")
+        else:
+            kept["inexact"] = inexact
+        specs.setdefault(name, {})[key] = kept
+        on_record(name, key, kept)
+    return specs, problems
+
+
 def tune(arch: str, cases: dict, device="cuda", timer=do_bench_median, dtype=torch.bfloat16,
-         log=print, refine_top: int = 0, refine_timer=graph_median) -> tuple:
+         log=print, refine_top: int = 0, refine_timer=graph_median, description: str = "",
+         inexact_of: dict | None = None, on_record=lambda name, key, record: None) -> tuple:
     """Measure every case. Returns ({spec name: {bucket key: record}}, problems): records in
     the table's format (kernel_src/tuning.py), problems a list of lines (a heuristic config
     that failed: its bucket gets no record). refine_top > 0: the heuristic and that many of
     the best candidates by `timer` are timed again with refine_timer (CUDA-graph replays,
     the benchmark suite's measure), and the choice is made among them on those times, with
-    the same KEEP_WITHIN rule (the record's "refined")."""
+    the same KEEP_WITHIN rule (the record's "refined"). A bucket that chooses a config with
+    the row length compiled in is measured again at another length (measure_inexact: the
+    record's "inexact", `description` naming the GPU). inexact_of ({spec name: {bucket key:
+    record}}, a table's): choose nothing; measure only that, for the exact configs those
+    records hold, and return the records with it. on_record(spec name, bucket key, record)
+    is called as each bucket's record is made."""
+    if inexact_of is not None:
+        return _tune_inexact_only(cases, inexact_of, device, timer, dtype, log, refine_top,
+                                  refine_timer, description, on_record)
     measurements = plan(cases)
     total = config_runs(cases)
     started, done = time.perf_counter(), 0
@@ -691,41 +829,16 @@ def tune(arch: str, cases: dict, device="cuda", timer=do_bench_median, dtype=tor
         case = cases[name]
         shapes = timed_shapes(case, shape)
         shape_text = ", ".join("x".join(map(str, s[:2])) for s in shapes)
-        per_shape = []
-        for s in shapes:
-            try:
-                per_shape.append(measure(case, s, configs, device, timer, dtype))
-            except Exception as e:  # e.g. out of memory making the inputs: skip the bucket
-                per_shape.append([(configs[0], None, f"{type(e).__name__}: {str(e)[:200]}")])
-                break
-        done += len(configs) * len(per_shape)
-        # times[j][k]: config j at shape k; a config failing at any shape is dropped
-        times = [[results[j][1] if j < len(results) else None for results in per_shape]
-                 for j in range(len(configs))]
-        valid = [j for j, ms in enumerate(times) if all(t is not None for t in ms)]
-        if 0 not in valid:
-            why = next(r[0][2] for r in per_shape if r[0][1] is None)
+        c = _choose(case, shapes, configs, device, timer, dtype, refine_top, refine_timer)
+        done += len(configs) * len(shapes)
+        if c.failed:
             problems.append(f"{name} {key} ({shape_text}): the heuristic config "
-                            f"{configs[0].tag} failed: {why}")
-            log(f"[{i}/{len(measurements)}] {name} {key}: HEURISTIC FAILED {why}")
+                            f"{configs[0].tag} failed: {c.failed}")
+            log(f"[{i}/{len(measurements)}] {name} {key}: HEURISTIC FAILED {c.failed}")
             continue
-        # score: mean over the shapes of the time relative to the best there (1.0 = the
-        # fastest at every shape); one shape: the time relative to the best
-        score = _scores({j: times[j] for j in valid})
-        best = min(valid, key=score.get)
-        keep = score[0] <= score[best] * (1 + KEEP_WITHIN)
-        chosen = 0 if keep else best
-        refined = None
-        if refine_top > 0:
-            # do_bench (L2 flushed, a launch a call) and graph replays have ranked the same
-            # config a few percent apart (H200, session 20): choose on the suite's measure
-            refined = _refine(case, shapes, configs, score, device, refine_timer, dtype,
-                              refine_top)
-            if refined is not None:
-                graph_score = _scores(refined)
-                graph_best = min(refined, key=graph_score.get)
-                keep = graph_score[0] <= graph_score[graph_best] * (1 + KEEP_WITHIN)
-                chosen = 0 if keep else graph_best
+        times, score, best, chosen, keep, refined = (c.times, c.score, c.best, c.chosen,
+                                                     c.keep, c.refined)
+        valid = list(score)
         ms = times[chosen][0]
         moved = (case.passes[_flag(shape)] * shape[0] * shape[1]
                  * torch.empty((), dtype=dtype).element_size())
@@ -749,7 +862,13 @@ def tune(arch: str, cases: dict, device="cuda", timer=do_bench_median, dtype=tor
                                              for j, ms in sorted(refined.items(),
                                                                  key=lambda kv: kv[1][0])],
                                  "ms": _round(refined[chosen][0])}
+        if configs[chosen].constexprs.get(EXACT_KEY):
+            inexact = measure_inexact(case, shape, configs[chosen], device, timer, dtype,
+                                      refine_top, refine_timer, description, log)
+            if inexact is not None:
+                record["inexact"] = inexact
         specs.setdefault(name, {})[key] = record
+        on_record(name, key, record)
         log(f"[{i}/{len(measurements)} {time.perf_counter() - started:5.0f}s, {done}/{total} "
             f"runs] {name} {key} {shape_text}: heuristic "
             + ", ".join(f"{t:.4f}" for t in times[0]) + " ms, best "
@@ -797,7 +916,8 @@ def write_table(path: str, arch: str, specs: dict, about: dict, whole_specs: boo
     whole_specs False, only the tuned buckets' entries: a partial tune); other specs'
     entries of an existing table for `arch` are kept: the one at `path`, or where there is
     none, the one at `base` (the arch's committed table), so that a tune written to a new
-    file is a whole table, not just what this run measured."""
+    file is a whole table, not just what this run measured. Its other fields (device,
+    versions) are kept where `about` does not replace them."""
     from liger_aot.build_tools.aot import atomic_write
 
     table = {"format": tuning.TABLE_FORMAT, "arch": arch, "specs": {}}
@@ -806,6 +926,7 @@ def write_table(path: str, arch: str, specs: dict, about: dict, whole_specs: boo
         with open(start, "rb") as f:
             old = json.loads(f.read())
         if old.get("format") == tuning.TABLE_FORMAT and old.get("arch") == arch:
+            table.update({k: v for k, v in old.items() if k != "specs"})  # about, unless new
             table["specs"].update(old.get("specs", {}))
     except (OSError, ValueError, AttributeError):
         pass
@@ -856,15 +977,39 @@ def describe_plan(cases: dict) -> str:
     return "\n".join(lines)
 
 
+def describe_inexact_plan(cases: dict, table_specs: dict) -> str:
+    """describe_plan for --inexact-only: the table's exact configs and where their buckets'
+    other lengths would be timed."""
+    lines = []
+    for name, key, shape, _ in plan(cases):
+        _, config = _exact_in_table(table_specs, name, key)
+        if config is None:
+            lines.append(f"{name:<16} {key:<28} no exact-length config in the table")
+            continue
+        shapes, configs = inexact_candidates(cases[name], shape, config)
+        lines.append(f"{name:<16} {key:<28} "
+                     f"{', '.join('x'.join(map(str, s[:2])) for s in shapes):>22}  "
+                     f"{len(configs):>2} configs (the twin of {config.tag} first)")
+    return "\n".join(lines)
+
+
 def run(arch: str, specs: str | None = None, out: str | None = None, dry_run: bool = False,
-        log=print, cols: str | None = None, graphs_top: int = 0) -> int:
+        log=print, cols: str | None = None, graphs_top: int = 0,
+        inexact_only: bool = False) -> int:
     """The `liger-aot tune` command. Returns the exit status."""
     if graphs_top < 0:
         raise ValueError(f"--graphs-top takes a count of configs >= 0, got {graphs_top}")
     cases = only_cols(select_cases(specs), cols)
     out = out or tuning.table_path(arch)
+    table_specs = None
+    if inexact_only:  # the table this run adds to: the one at --out, else the arch's
+        path = out if os.path.exists(out) else tuning.table_path(arch)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"--inexact-only adds to a tuned table of {arch}, and there "
+                                    f"is none at {path}: tune the arch first")
+        table_specs = tuning.read_table(path, arch)[1]["specs"]
     if dry_run:
-        log(describe_plan(cases))
+        log(describe_inexact_plan(cases, table_specs) if inexact_only else describe_plan(cases))
         log(f"(dry run: nothing measured; a run writes {os.path.realpath(out)})")
         return 0
     index, description = gpu_for(arch)
@@ -872,13 +1017,22 @@ def run(arch: str, specs: str | None = None, out: str | None = None, dry_run: bo
         os.environ.pop("TRITON_INTERPRET", None)  # measure compiled kernels, not the interpreter
     import triton
 
+    # --inexact-only keeps the table's own device and versions: its choices are unchanged
+    about = {} if inexact_only else {"device": description, "triton_version": triton.__version__,
+                                     "torch_version": torch.__version__.split("+")[0]}
+
+    def write_bucket(name, key, record):  # as each is measured: a run cut short keeps them
+        write_table(out, arch, {name: {key: record}}, about, whole_specs=False,
+                    base=tuning.table_path(arch))
+
     started = time.perf_counter()
     results, problems = tune(arch, cases, device=f"cuda:{index}", log=log,
-                             refine_top=graphs_top)
-    write_table(out, arch, results, {"device": description, "triton_version": triton.__version__,
-                                     "torch_version": torch.__version__.split("+")[0]},
-                whole_specs=not cols, base=tuning.table_path(arch))
-    log(format_results(results))
+                             refine_top=graphs_top, description=description,
+                             inexact_of=table_specs, on_record=write_bucket)
+    write_table(out, arch, results, about, whole_specs=not (cols or inexact_only),
+                base=tuning.table_path(arch))
+    if not inexact_only:
+        log(format_results(results))
     log(f"wrote {os.path.realpath(out)} ({sum(map(len, results.values()))} buckets of "
         f"{len(results)} spec(s)) in {time.perf_counter() - started:.0f}s; `liger-aot build "
         f"--arch {arch}` compiles what it chose")

@@ -11,6 +11,11 @@ A table maps spec name -> size bucket -> the chosen config, plus what was measur
           "heuristic": {"tag": ..., "ms": 0.071}, "best": {"tag": ..., "ms": 0.069},
           "candidates": 6}}}}
 
+A bucket whose config has the row length compiled in (spec.EXACT_KEY) serves rows of that
+length only. Its entry may also hold "inexact": {"config": ..., "shape": [rows, length],
+"ms": ..., "twin_ms": ..., "device": ...}, the config measured best at another length of the
+bucket, which its other lengths run; without one they run the exact config's inexact twin.
+
 A bucket is the spec rule's arguments by name with the first (the row length) rounded up to
 a power of two (`bucket_key`). A spec, bucket or arch without an entry uses the spec's
 heuristic rule. Tuned configs equal to a heuristic config (same tag) are that config object;
@@ -34,7 +39,7 @@ TUNED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tuned")
 _lock = threading.Lock()
 _tables: dict = {}  # arch -> (sha256 or None, table dict or None)
 _configs: dict = {}  # (spec name, tag) -> Config: one object per tuned config and process
-_by_spec: dict = {}  # (spec name, arch) -> {bucket key: Config}
+_by_spec: dict = {}  # (spec name, arch) -> _tuned's ({bucket: Config}, sizes, inexact)
 
 
 def table_path(arch: str) -> str:
@@ -126,11 +131,11 @@ def _shared(spec: KernelSpec, config: Config) -> Config:
     return _configs.setdefault((spec.name, config.tag), config)
 
 
-def _serving(spec: KernelSpec, config: Config, n_cols: int) -> Config:
-    """config, or for rows of another length than one it compiles in (EXACT_KEY) its inexact
-    twin."""
+def _serving(spec: KernelSpec, config: Config, n_cols: int, inexact: Config | None) -> Config:
+    """config, or for rows of another length than one it compiles in (EXACT_KEY) the bucket's
+    inexact config, else the exact config's inexact twin."""
     if config.constexprs.get(EXACT_KEY) and n_cols != exact_length(config):
-        return _twin(spec, config)
+        return inexact or _twin(spec, config)
     return config
 
 
@@ -138,12 +143,26 @@ def _twin(spec: KernelSpec, config: Config) -> Config:
     return _shared(spec, inexact_twin(config))
 
 
+def _inexact_config(spec: KernelSpec, entry: dict) -> Config | None:
+    """The config an entry's "inexact" record names for the bucket's other lengths (None
+    without one); it must not have a row length compiled in itself."""
+    record = entry.get("inexact")
+    if record is None:
+        return None
+    config = config_from_record(spec, record["config"])
+    if config.constexprs.get(EXACT_KEY):
+        raise ValueError(f"inexact config {config.tag} of {spec.name} has {EXACT_KEY}: it "
+                         f"serves the rows of other lengths than the exact one")
+    return config
+
+
 # Bytes per element of the dtypes a table entry may be measured in.
 DTYPE_ITEMSIZE = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
 def _tuned(spec: KernelSpec, arch: str) -> tuple:
-    """({bucket key: Config}, {bucket key: element size it was measured with})."""
+    """({bucket key: Config}, {bucket key: element size it was measured with}, {bucket key:
+    Config the bucket's other lengths run, for exact-length configs that name one})."""
     key = (spec.name, arch)
     found = _by_spec.get(key)
     if found is None:
@@ -154,7 +173,9 @@ def _tuned(spec: KernelSpec, arch: str) -> tuple:
                 found = ({bucket: config_from_record(spec, entry["config"])
                           for bucket, entry in sorted(entries.items())},
                          {bucket: DTYPE_ITEMSIZE[entry.get("dtype", "bf16")]
-                          for bucket, entry in entries.items()})
+                          for bucket, entry in entries.items()},
+                         {bucket: _inexact_config(spec, entry)
+                          for bucket, entry in entries.items() if "inexact" in entry})
             except (KeyError, TypeError, ValueError) as e:
                 raise ValueError(f"{table_path(arch)}: bad entry for {spec.name}: {e!r}") from None
             _by_spec[key] = found
@@ -166,16 +187,23 @@ def tuned_configs(spec: KernelSpec, arch: str) -> dict:
     return _tuned(spec, arch)[0]
 
 
+def inexact_configs(spec: KernelSpec, arch: str) -> dict:
+    """{bucket key: Config} the other lengths of exact-length configs' buckets run, where
+    the table names one (else they run the twin)."""
+    return _tuned(spec, arch)[2]
+
+
 def arch_configs(spec: KernelSpec, arch: str) -> tuple:
     """What the build compiles for the arch: the heuristic configs, then the tuned ones that
-    differ from them (by tag) and the inexact twins of exact-length ones, in a stable
-    order."""
+    differ from them (by tag) and what the other lengths of exact-length ones' buckets run
+    (their inexact configs, else twins), in a stable order."""
     configs = list(spec.configs)
     tags = {c.tag for c in configs}
-    for tuned in tuned_configs(spec, arch).values():
-        # an exact-length config's twin serves the bucket's other lengths (see select)
+    tuned_by_bucket, _, inexact = _tuned(spec, arch)
+    for bucket, tuned in tuned_by_bucket.items():
         exact = tuned.constexprs.get(EXACT_KEY)
-        for config in (tuned, _twin(spec, tuned)) if exact else (tuned,):
+        others = inexact.get(bucket) or _twin(spec, tuned)  # see select
+        for config in (tuned, others) if exact else (tuned,):
             if config.tag not in tags:
                 tags.add(config.tag)
                 configs.append(config)
@@ -205,15 +233,16 @@ def select(spec: KernelSpec, arch: str | None, args: tuple, itemsize: int = 0) -
     only an entry measured with that element size: a config's shared memory and registers
     grow with it (a 3-stage whole row of 16K bf16 columns fits an H200's shared memory, of
     fp32 it does not), so other sizes take the rule. A config with the row length compiled
-    in serves rows of that length only, others its twin (exact_length). The runtime calls
+    in serves rows of that length only; the bucket's others take its entry's inexact
+    config, else the exact one's twin (exact_length). The runtime calls
     it once per (device, args, dtype), see Kernel.select_config."""
     if arch is not None:
-        tuned, sizes = _tuned(spec, arch)
+        tuned, sizes, inexact = _tuned(spec, arch)
         if tuned:
             key = bucket_key(spec, args)
             config = tuned.get(key)
             if config is not None and (not itemsize or sizes[key] == itemsize):
-                return _serving(spec, config, args[0])
+                return _serving(spec, config, args[0], inexact.get(key))
     return spec.rule(*args)
 
 

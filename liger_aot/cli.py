@@ -164,7 +164,7 @@ def cmd_tune(args) -> int:
     if len(archs) != 1:
         raise ValueError("tune one arch at a time, on a GPU of that arch")
     return tune.run(archs[0], specs=args.specs, out=args.out, dry_run=args.dry_run,
-                    cols=args.cols, graphs_top=args.graphs_top)
+                    cols=args.cols, graphs_top=args.graphs_top, inexact_only=args.inexact_only)
 
 
 def main(argv=None) -> int:
@@ -239,9 +239,12 @@ than 2% faster. The norms are also timed at the benchmark suite's row counts whe
 larger (65536 x 1024, 32768 x 2048) and scored by their mean time relative to each shape's
 fastest. With --graphs-top K the heuristic and the K best are timed again from CUDA-graph
 replays (the benchmark suite's --graphs measure) and chosen among on those times, by the
-same 2% rule. Entries of other specs in an existing table are kept. On an H200 a spec took 5 s
-(softmax) to 150 s (rms_norm_bwd), every spec about 6 minutes. Commit the table, then
-rebuild the arch.
+same 2% rule. A bucket that chooses a looped norm forward with its row length compiled in
+(EXACT_N, which serves that length only) is also timed at 3/4 of its length, where its twin
+without the length and the bucket's other candidates compete by the same 2% rule for the
+bucket's other lengths. Entries of other specs in an existing table are kept. On an H200 a
+spec took 5 s (softmax) to 150 s (rms_norm_bwd), every spec about 6 minutes. Commit the
+table, then rebuild the arch.
 
   liger-aot tune --arch sm90                       # every spec
   liger-aot tune --arch sm90 --specs rms_norm_fwd  # one spec, merged into the table
@@ -249,6 +252,9 @@ rebuild the arch.
                                                    # two buckets, merged into the spec's
   liger-aot tune --arch sm90 --specs layer_norm_fwd --cols 1024,2048 --graphs-top 4
                                                    # chosen on graph replays
+  liger-aot tune --arch sm90 --specs layer_norm_fwd --inexact-only --graphs-top 4
+                                                   # the other lengths only, the table's
+                                                   # choices kept
   liger-aot tune --arch sm90 --dry-run             # the plan (needs no GPU)""")
     p.add_argument("--arch", required=True, help=f"the arch of this GPU: one of {archs}")
     p.add_argument("--specs", help="comma-separated spec names (default: every tunable spec; "
@@ -263,6 +269,9 @@ rebuild the arch.
                    help="time the heuristic and the K best configs of each bucket again from "
                         "CUDA-graph replays and choose among them on those times (default 0: "
                         "do_bench alone)")
+    p.add_argument("--inexact-only", action="store_true",
+                   help="keep the table's choices; for its exact-length configs (EXACT_N) only "
+                        "measure what the bucket's other lengths run, and record it")
     p.add_argument("--dry-run", action="store_true",
                    help="print the specs, shapes and candidate counts; measure and write nothing")
     p.set_defaults(func=cmd_tune)

@@ -181,8 +181,9 @@ EXACT_CASES = [(name, bucket, n) for name, bucket, _ in _table_exact()
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 def test_exact_length_norm_forwards(monkeypatch, name, bucket, hidden, dtype):
     """The sm90 table's looped forwards with the row length compiled in (EXACT_KEY) through
-    the ops against float64, and their twins at another length of the bucket: the op runs
-    the exact config only at its length (kernel_src/tuning.py, select). 301 rows: two-row
+    the ops against float64, and at another length of the bucket what runs there (the
+    entry's inexact config, else the twin): the op runs the exact config only at its length
+    (kernel_src/tuning.py, select). 301 rows: two-row
     programs end on a half block. The grouped forwards are switched off."""
     from liger_aot.kernel_src.spec import EXACT_KEY, inexact_twin
     from liger_aot.ops import layer_norm as ln_mod
@@ -191,12 +192,17 @@ def test_exact_length_norm_forwards(monkeypatch, name, bucket, hidden, dtype):
     mod = rms_mod if name == "rms_norm_fwd" else ln_mod
     monkeypatch.setenv("LIGER_AOT_GROUPED_NORM_FWD", "0")
     monkeypatch.setattr(mod, "_grouped_fwd_devices", {})
+    from liger_aot.kernel_src import tuning
+
     exact = next(c for n, b, c in _table_exact() if (n, b) == (name, bucket))
     got = mod._fwd.select_config(0, hidden, dtype=dtype)
     if hidden == bucket:
         assert got is exact
-    else:
-        assert EXACT_KEY not in got.constexprs and got.tag == inexact_twin(exact).tag
+    else:  # the entry's inexact config, else the twin
+        key = tuning.bucket_key(mod._fwd.spec, (bucket,))
+        other = tuning.inexact_configs(mod._fwd.spec, "sm90").get(key)
+        assert EXACT_KEY not in got.constexprs
+        assert got.tag == (other or inexact_twin(exact)).tag
     launches = _record_launches(monkeypatch, mod._fwd)
     _norm_forward_matches_float64(mod, hidden, dtype, rows=301)
     assert launches

@@ -120,6 +120,30 @@ def test_an_exact_length_config_serves_its_length_and_its_twin_the_rest(tables):
     assert len(tuning.arch_configs(rms.FWD, "sm90")) == len(rms.FWD.configs) + 1
 
 
+def test_an_exact_configs_bucket_runs_its_inexact_config_at_other_lengths(tables):
+    """An entry's "inexact" record (tune.measure_inexact) names what the bucket's other
+    lengths run instead of the exact config's twin; the build compiles it and not the twin."""
+    path = tables("sm90", {"rms_norm_fwd": {"n_cols=32768,residual=False": _wide_pass1(True)}})
+    table = json.loads(path.read_bytes())
+    table["specs"]["rms_norm_fwd"]["n_cols=32768,residual=False"]["inexact"] = {
+        "config": tuning.config_record(NEW_RMS), "shape": [4, 24576], "ms": 1.0,
+        "twin_ms": 1.2}
+    path.write_bytes(tuning.format_table(table))
+    tuning.reset()
+    assert tuning.select(rms.FWD, "sm90", (32768, False)).constexprs[EXACT_KEY] == 1
+    other = tuning.select(rms.FWD, "sm90", (20480, False))
+    assert other.tag == NEW_RMS.tag and other is tuning.select(rms.FWD, "sm90", (32752,))
+    built = {c.tag for c in tuning.arch_configs(rms.FWD, "sm90")}
+    assert NEW_RMS.tag in built and _wide_pass1(False).tag not in built
+    # an inexact config with a row length compiled in would serve none of those lengths
+    table["specs"]["rms_norm_fwd"]["n_cols=32768,residual=False"]["inexact"]["config"] = \
+        tuning.config_record(_wide_pass1(True))
+    path.write_bytes(tuning.format_table(table))
+    tuning.reset()
+    with pytest.raises(ValueError, match="bad entry for rms_norm_fwd.*inexact config"):
+        tuning.select(rms.FWD, "sm90", (20480, False))
+
+
 def test_an_exact_length_config_needs_a_whole_row_pass1(tables):
     whole_row = Config({**NEW_RMS.constexprs, EXACT_KEY: 1}, num_warps=16)
     tables("sm90", {"rms_norm_fwd": {"n_cols=4096,residual=False": whole_row}})
@@ -529,8 +553,25 @@ def test_tune_dry_run_and_help(capsys):
     assert info.value.code == 0
     out = capsys.readouterr().out
     for words in ("--dry-run", "--specs", "--out", "torch reference", "2% faster", "H200",
-                  "--graphs-top", "CUDA-graph replays"):
+                  "--graphs-top", "CUDA-graph replays", "--inexact-only", "3/4 of its length"):
         assert words in out, words
+
+
+def test_tune_inexact_only_needs_a_table(tables, capsys):
+    assert cli_main(["tune", "--arch", "sm80", "--dry-run", "--inexact-only"]) == 2
+    assert "adds to a tuned table of sm80, and there is none" in capsys.readouterr().err
+
+
+def test_tune_inexact_only_dry_run_names_the_tables_exact_configs(tables, capsys):
+    tables("sm90", {"rms_norm_fwd": {"n_cols=32768,residual=False": _wide_pass1(True),
+                                     "n_cols=16384,residual=False": NEW_RMS}})
+    assert cli_main(["tune", "--arch", "sm90", "--dry-run", "--inexact-only", "--specs",
+                     "rms_norm_fwd", "--cols", "16384,32768"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    exact = next(line for line in lines if "n_cols=32768,residual=False" in line)
+    assert "2730x24576" in exact and f"the twin of {_wide_pass1(True).tag}" in exact
+    assert "no exact-length config" in next(
+        line for line in lines if "n_cols=16384,residual=False" in line)
 
 
 def test_tune_cols_selects_buckets(capsys):
@@ -592,6 +633,44 @@ def test_partial_tune_to_a_new_file_is_a_whole_table(tables, tmp_path, monkeypat
                                      "n_cols=65536,residual=False": {"config": {"a": 2}}}
     assert specs["swiglu_bwd"] == old["swiglu_bwd"]
     assert json.loads(committed.read_bytes())["specs"] == old  # the committed one untouched
+
+
+def test_inexact_only_tune_keeps_the_tables_choices_and_device(tables, tmp_path, monkeypatch):
+    """`liger-aot tune --inexact-only`: tune() gets the table's records, and the table
+    written keeps its device and versions (its choices were not re-measured) and its other
+    buckets; each bucket is written as it is measured, so a run cut short keeps those."""
+    committed = Path(tuning.table_path("sm90"))
+    old = {"layer_norm_fwd": {"n_cols=1024": {"config": {"a": 1}},
+                              "n_cols=2048": {"config": {"a": 2}}}}
+    tune.write_table(str(committed), "sm90", old, {"device": "the tuning GPU"})
+    import triton  # noqa: F401  (see test_partial_tune_to_a_new_file_is_a_whole_table)
+    got = {}
+
+    def fake_tune(*args, **kwargs):
+        got.update(kwargs)
+        return {"layer_norm_fwd": {"n_cols=1024": {"config": {"a": 1}, "inexact": {"b": 3}}}}, []
+
+    def cut_short(*args, on_record, **kwargs):  # one bucket measured, then the run dies
+        on_record("layer_norm_fwd", "n_cols=2048", {"config": {"a": 2}, "inexact": {"b": 4}})
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tune, "gpu_for", lambda arch: (0, "another GPU"))
+    monkeypatch.setattr(tune, "tune", fake_tune)
+    assert tune.run("sm90", specs="layer_norm_fwd", inexact_only=True, log=lambda s: None) == 0
+    assert got["inexact_of"] == old and got["description"] == "another GPU"
+    table = json.loads(committed.read_bytes())
+    assert table["device"] == "the tuning GPU"
+    assert table["specs"]["layer_norm_fwd"] == {
+        "n_cols=1024": {"config": {"a": 1}, "inexact": {"b": 3}},
+        "n_cols=2048": {"config": {"a": 2}}}
+    # a run cut short keeps the buckets it measured
+    monkeypatch.setattr(tune, "tune", cut_short)
+    with pytest.raises(KeyboardInterrupt):
+        tune.run("sm90", specs="layer_norm_fwd", inexact_only=True, log=lambda s: None)
+    table = json.loads(committed.read_bytes())
+    assert table["device"] == "the tuning GPU" and table["specs"]["layer_norm_fwd"] == {
+        "n_cols=1024": {"config": {"a": 1}, "inexact": {"b": 3}},
+        "n_cols=2048": {"config": {"a": 2}, "inexact": {"b": 4}}}
 
 
 TINY = {  # shapes the interpreter computes in seconds, covering flags and looped configs
@@ -706,6 +785,67 @@ def test_tune_scores_every_timed_shape():
     assert record["also"] == [{"shape": [24, 64], "ms": 0.6, "heuristic_ms": 1.0,
                                "best_ms": 0.6}]
     assert "8x64, 24x64" in tune.format_results(specs)
+
+
+def _tiny_looped(exact: bool) -> Config:
+    """A looped LayerNorm forward for 64-column rows, pass 1 whole (the interpreter's
+    size of the tuned buckets' exact-length configs)."""
+    return Config({"BLOCK_M": 1, "BLOCK_N": 32, "LOOP": True, "PASS1_BLOCK": 64,
+                   "PROGRAMS_PER_SM": 0, "STAGES": 1, **({EXACT_KEY: 1} if exact else {})},
+                  num_warps=1)
+
+
+def test_an_exact_choice_is_measured_again_at_other_lengths(tables):
+    """A bucket choosing an exact-length config is timed again at 3/4 of its length with as
+    many elements (interpreter, fake timer): the twin is kept unless another candidate is
+    more than 2% faster there, and the record's "inexact" is what tuning serves the bucket's
+    other lengths; --inexact-only does the same for a table's exact configs, its choices
+    kept."""
+    case = tune.CASES["layer_norm_fwd"]
+    exact, twin = _tiny_looped(True), _tiny_looped(False)
+    whole = Config({"BLOCK_M": 2, "BLOCK_N": 64, "LOOP": False, "PROGRAMS_PER_SM": 0,
+                    "STAGES": 1}, num_warps=2)
+    fast = {exact.tag: 0.5, twin.tag: 1.0, whole.tag: 0.9}
+    shapes = []
+
+    def launch(fn, t, config):
+        shapes.append(tuple(t["x"].shape))
+        case.launch(fn, t, config)
+
+    cases = {"layer_norm_fwd": dataclasses.replace(
+        case, shapes=((12, 64),), also_rows=lambda n: (24,), launch=launch,
+        candidates=lambda bucket, flag=False: [exact, twin, whole])}
+    assert tune.inexact_shapes(cases["layer_norm_fwd"], (12, 64)) == [(16, 48), (32, 48)]
+    specs, problems = tune.tune("sm90", cases, device="cpu", log=lambda *x: None,
+                                timer=lambda run, config: (run(), fast.get(config.tag, 2.0))[1],
+                                description="fake GPU")
+    record = specs["layer_norm_fwd"]["n_cols=64"]
+    assert problems == [] and tune._tag(record["config"]) == exact.tag
+    assert {(16, 48), (32, 48)} <= set(shapes)
+    inexact = record["inexact"]
+    assert tune._tag(inexact["config"]) == whole.tag  # 0.9 against the twin's 1.0
+    assert inexact["shape"] == [16, 48] and inexact["ms"] == 0.9 and inexact["twin_ms"] == 1.0
+    assert inexact["device"] == "fake GPU" and inexact["candidates"] == 3
+    path = Path(tuning.TUNED_DIR) / "sm90.json"
+    tune.write_table(str(path), "sm90", specs, {})
+    tuning.reset()
+    from liger_aot.kernel_src.layer_norm import spec as ln
+    assert tuning.select(ln.FWD, "sm90", (64,)).tag == exact.tag
+    assert tuning.select(ln.FWD, "sm90", (40,)).tag == whole.tag
+    # within 2% of the twin: the twin stays; --inexact-only keeps the table's choice
+    fast[whole.tag] = 0.99
+    table = json.loads(path.read_bytes())["specs"]
+    only, problems = tune.tune("sm90", cases, device="cpu", log=lambda *x: None,
+                               timer=lambda run, config: (run(), fast.get(config.tag, 2.0))[1],
+                               inexact_of=table)
+    kept = only["layer_norm_fwd"]["n_cols=64"]
+    assert problems == [] and tune._tag(kept["inexact"]["config"]) == twin.tag
+    assert {k: v for k, v in kept.items() if k != "inexact"} == {
+        k: v for k, v in record.items() if k != "inexact"}
+    # a table without an exact config there: nothing measured, nothing returned
+    table["layer_norm_fwd"]["n_cols=64"]["config"] = tuning.config_record(whole)
+    assert tune.tune("sm90", cases, device="cpu", log=lambda *x: None, inexact_of=table,
+                     timer=lambda run, config: 1 / 0) == ({}, [])
 
 
 WIDER = {  # every candidate of the buckets the GPU run measures, whole-row and looped

@@ -3,8 +3,14 @@ before triton is imported. GPU tests (marker `gpu`, run with `pytest -m gpu`) us
 path, which never imports triton, so the setting does not touch them.
 
 Tests marked `shared_build(*archs)` use the session's shared artifact build (_artifacts.py):
-they run last, and that build starts in the background with the session."""
+they run last, and that build starts in the background with the session.
+
+GPU tests run the ops on an artifact set (gpu_artifact_dir): LIGER_AOT_ARTIFACT_DIR, else the
+device's arch built once a session. Without one the ops would fall back to Triton JIT, which
+the interpreter setting above turns into the interpreter on CUDA tensors, and fail."""
 import os
+import subprocess
+import sys
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -37,3 +43,51 @@ def _shared_build_in_background(request, tmp_path_factory):
         start_background_build(tmp_path_factory, archs)
     yield
     stop_background_builds()
+
+
+def gpu_arch():
+    """The arch of GPU 0; skips the test where there is no GPU or it has no ahead-of-time
+    arch."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    from liger_aot.runtime.device import device_arch
+
+    arch, description = device_arch(0)
+    if arch is None:
+        pytest.skip(f"{description} has no ahead-of-time arch")
+    return arch
+
+
+@pytest.fixture(scope="session")
+def gpu_artifact_dir(tmp_path_factory):
+    """The artifact set the GPU tests run on: LIGER_AOT_ARTIFACT_DIR when set, else the
+    device's arch built into a temporary directory (a subprocess: the build needs triton,
+    the runtime under test not)."""
+    arch = gpu_arch()
+    given = os.environ.get("LIGER_AOT_ARTIFACT_DIR")
+    if given:
+        return given
+    out = str(tmp_path_factory.mktemp("artifacts"))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    subprocess.run([sys.executable, "-m", "liger_aot", "build", "--arch", arch, "--out", out],
+                   check=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                   env=env)
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _gpu_tests_run_on_the_build(request):
+    """A `gpu` test's ops run on gpu_artifact_dir."""
+    if request.node.get_closest_marker("gpu") is not None:
+        request.getfixturevalue("_runtime_on_the_gpu_build")
+
+
+@pytest.fixture(scope="session")
+def _runtime_on_the_gpu_build(gpu_artifact_dir):
+    """Points this process's runtime at gpu_artifact_dir, once a session: the registry's
+    discovery of artifact sets is redone with it."""
+    from liger_aot.runtime import registry
+
+    os.environ["LIGER_AOT_ARTIFACT_DIR"] = gpu_artifact_dir
+    registry.reset()

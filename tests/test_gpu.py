@@ -1,7 +1,7 @@
 """GPU tests: `pytest -m gpu` on a machine with an NVIDIA (sm80/sm90) GPU.
 
 Artifacts come from LIGER_AOT_ARTIFACT_DIR when set, else the device's arch is built into a
-temporary directory first (a subprocess: the build needs triton, the runtime under test not).
+temporary directory first (conftest.py: gpu_artifact_dir).
 """
 import os
 import subprocess
@@ -15,33 +15,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def _device_arch():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no GPU")
-    from liger_aot.runtime.device import device_arch
-
-    arch, description = device_arch(0)
-    if arch is None:
-        pytest.skip(f"{description} has no ahead-of-time arch")
-    return arch
-
-
-@pytest.fixture(scope="session")
-def artifact_dir(tmp_path_factory):
-    arch = _device_arch()
-    given = os.environ.get("LIGER_AOT_ARTIFACT_DIR")
-    if given:
-        return given
-    out = str(tmp_path_factory.mktemp("artifacts"))
-    env = dict(os.environ)
-    env.pop("TRITON_INTERPRET", None)
-    subprocess.run([sys.executable, "-m", "liger_aot", "build", "--arch", arch, "--out", out],
-                   check=True, cwd=ROOT, env=env)
-    return out
-
-
-def test_zero_jit_fresh_process(artifact_dir, tmp_path):
+def test_zero_jit_fresh_process(gpu_artifact_dir, tmp_path):
     """Fresh process, empty TRITON_CACHE_DIR, no C compiler, `import triton` blocked, strict
     mode: every op forward and backward at three shapes (one non-power-of-two hidden size, one
     misaligned storage offset), fp32 and bf16, matches float64 PyTorch; afterwards triton is
@@ -49,7 +23,7 @@ def test_zero_jit_fresh_process(artifact_dir, tmp_path):
     cache = tmp_path / "triton-cache"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRITON_")}
     env.update(TRITON_CACHE_DIR=str(cache), CC=str(tmp_path / "no-such-compiler"),
-               LIGER_AOT_STRICT="1", LIGER_AOT_ARTIFACT_DIR=artifact_dir,
+               LIGER_AOT_STRICT="1", LIGER_AOT_ARTIFACT_DIR=gpu_artifact_dir,
                LIGER_AOT_IGNORE_CACHE="1", PYTHONPATH=ROOT)
     proc = subprocess.run([sys.executable, os.path.join(HERE, "gpu_zero_jit_child.py")],
                           env=env, cwd=str(tmp_path), capture_output=True, text=True)

@@ -183,8 +183,9 @@ def test_exact_length_norm_forwards(monkeypatch, name, bucket, hidden, dtype):
     """The sm90 table's looped forwards with the row length compiled in (EXACT_KEY) through
     the ops against float64, and at another length of the bucket what runs there (the
     entry's inexact config, else the twin): the op runs the exact config only at its length
-    (kernel_src/tuning.py, select). 301 rows: two-row
-    programs end on a half block. The grouped forwards are switched off."""
+    (kernel_src/tuning.py, select). 301 rows: two-row programs end on a half block. The
+    grouped forwards are switched off."""
+    from liger_aot.kernel_src import tuning
     from liger_aot.kernel_src.spec import EXACT_KEY, inexact_twin
     from liger_aot.ops import layer_norm as ln_mod
     from liger_aot.ops import rms_norm as rms_mod
@@ -192,8 +193,6 @@ def test_exact_length_norm_forwards(monkeypatch, name, bucket, hidden, dtype):
     mod = rms_mod if name == "rms_norm_fwd" else ln_mod
     monkeypatch.setenv("LIGER_AOT_GROUPED_NORM_FWD", "0")
     monkeypatch.setattr(mod, "_grouped_fwd_devices", {})
-    from liger_aot.kernel_src import tuning
-
     exact = next(c for n, b, c in _table_exact() if (n, b) == (name, bucket))
     got = mod._fwd.select_config(0, hidden, dtype=dtype)
     if hidden == bucket:

@@ -535,6 +535,11 @@ def _flag(shape: tuple) -> bool:
     return len(shape) > 2 and bool(shape[2])
 
 
+def shapes_text(shapes) -> str:
+    """"16384x1024, 65536x1024": shapes' rows and lengths, for logs and plans."""
+    return ", ".join("x".join(map(str, s[:2])) for s in shapes)
+
+
 def timed_shapes(case: Case, shape: tuple) -> list:
     """The bucket's shape, then the same with each of the case's also_rows row counts."""
     extra = case.also_rows(shape[1]) if case.also_rows else ()
@@ -762,7 +767,7 @@ def measure_inexact(case: Case, shape: tuple, exact: Config, device, timer, dtyp
     shapes, configs = inexact_candidates(case, shape, exact)
     twin = configs[0]
     c = _choose(case, shapes, configs, device, timer, dtype, refine_top, refine_timer)
-    text = ", ".join("x".join(map(str, s[:2])) for s in shapes)
+    text = shapes_text(shapes)
     if c.failed:
         log(f"    other lengths ({text}): the twin {twin.tag} failed ({c.failed}): none kept")
         return None
@@ -828,7 +833,7 @@ def tune(arch: str, cases: dict, device="cuda", timer=do_bench_median, dtype=tor
     for i, (name, key, shape, configs) in enumerate(measurements, 1):
         case = cases[name]
         shapes = timed_shapes(case, shape)
-        shape_text = ", ".join("x".join(map(str, s[:2])) for s in shapes)
+        shape_text = shapes_text(shapes)
         c = _choose(case, shapes, configs, device, timer, dtype, refine_top, refine_timer)
         done += len(configs) * len(shapes)
         if c.failed:
@@ -898,7 +903,7 @@ def format_results(specs: dict) -> str:
             kept = _tag(r["config"]) == r["heuristic"]["tag"]
             h, b = r["heuristic"], r["best"]
             shapes = [r["shape"]] + [a["shape"] for a in r.get("also", ())]
-            rows.append((name, key, ", ".join("x".join(map(str, s)) for s in shapes),
+            rows.append((name, key, shapes_text(shapes),
                          ", ".join(f"{t:.4f}" for t in
                                    [h["ms"]] + [a["heuristic_ms"] for a in r.get("also", ())]),
                          ", ".join(f"{t:.4f}" for t in
@@ -970,7 +975,7 @@ def gpu_for(arch: str) -> tuple:
 def describe_plan(cases: dict) -> str:
     lines = []
     for name, key, shape, configs in plan(cases):
-        shapes = ", ".join("x".join(map(str, s[:2])) for s in timed_shapes(cases[name], shape))
+        shapes = shapes_text(timed_shapes(cases[name], shape))
         lines.append(f"{name:<16} {key:<28} {shapes:>22}  "
                      f"{len(configs):>2} configs (heuristic {configs[0].tag})")
     lines.append(f"{len(lines)} buckets, {config_runs(cases)} config runs")
@@ -988,7 +993,7 @@ def describe_inexact_plan(cases: dict, table_specs: dict) -> str:
             continue
         shapes, configs = inexact_candidates(cases[name], shape, config)
         lines.append(f"{name:<16} {key:<28} "
-                     f"{', '.join('x'.join(map(str, s[:2])) for s in shapes):>22}  "
+                     f"{shapes_text(shapes):>22}  "
                      f"{len(configs):>2} configs (the twin of {config.tag} first)")
     return "\n".join(lines)
 

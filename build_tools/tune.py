@@ -423,6 +423,9 @@ class Case:
     candidates: Callable
     prepare: Callable | None = None
     also_rows: Callable | None = None  # n_cols -> more row counts to time (see tune)
+    # every bucket is timed again at 3/4 of its length (measure_inexact), not only those
+    # choosing a config with the row length compiled in (EXACT_KEY)
+    other_lengths: bool = False
 
 
 def _rows_case(spec, shapes, make, launch, outputs, passes, prepare=None, **limits):
@@ -487,22 +490,25 @@ CASES = {case.spec.name: case for case in (
     _with_staged(dataclasses.replace(_rows_case(
         rms_norm.FWD, _shapes(_NORM_NS, flag_ns=_NORM_NS), rms_norm_inputs, rms_norm_fwd,
         ("y", "rstd", "s"), (2, 4), **_FWD_LIMITS,
-        flag_whole_row_max=rms_norm.RESIDUAL_MAX_BLOCK_N), also_rows=_suite_rows_if_more), 1),
+        flag_whole_row_max=rms_norm.RESIDUAL_MAX_BLOCK_N), also_rows=_suite_rows_if_more,
+        other_lengths=True), 1),
     dataclasses.replace(_rows_case(
         rms_norm.BWD, _shapes(_NORM_NS, flag_ns=_NORM_NS), rms_norm_inputs, rms_norm_bwd,
         ("dx", "dw"), (3, 4),
         functools.partial(norm_backward_buffers, sum_block_n=rms_norm.SUM_BLOCK_N),
         **_BWD_LIMITS,
-        flag_whole_row_max=rms_norm.DRES_MAX_BLOCK_N), also_rows=_suite_rows_if_more),
+        flag_whole_row_max=rms_norm.DRES_MAX_BLOCK_N), also_rows=_suite_rows_if_more,
+        other_lengths=True),
     _with_staged(dataclasses.replace(_rows_case(
         layer_norm.FWD, _shapes(_NORM_NS), layer_norm_inputs, layer_norm_fwd,
-        ("y", "mean", "rstd"), (2, 2), **_FWD_LIMITS), also_rows=_suite_rows_if_more), 2),
+        ("y", "mean", "rstd"), (2, 2), **_FWD_LIMITS), also_rows=_suite_rows_if_more,
+        other_lengths=True), 2),
     dataclasses.replace(_rows_case(
         layer_norm.BWD, _shapes(_NORM_NS), layer_norm_inputs, layer_norm_bwd,
         ("dx", "dw", "db"), (3, 3),
         functools.partial(norm_backward_buffers, sum_block_n=layer_norm.SUM_BLOCK_N),
         **_BWD_LIMITS),
-        also_rows=_suite_rows_if_more),
+        also_rows=_suite_rows_if_more, other_lengths=True),
     Case(swiglu.FWD, ((8192, 4096), (8192, 14336), (8192, 28672)), glu_inputs, glu_fwd,
          ("c",), (3, 3), tile_configs),
     Case(swiglu.BWD, ((8192, 4096), (8192, 14336), (8192, 28672)), glu_inputs, glu_bwd,
@@ -547,8 +553,17 @@ def timed_shapes(case: Case, shape: tuple) -> list:
 
 
 def config_runs(cases: dict) -> int:
-    return sum(len(configs) * len(timed_shapes(cases[name], shape))
-               for name, _, shape, configs in plan(cases))
+    """The config runs a tune makes: every candidate at every timed shape of its bucket, and
+    where the case measures its buckets' other lengths (other_lengths), every candidate there
+    (one more where the chosen config is not among them)."""
+    runs = 0
+    for name, _, shape, configs in plan(cases):
+        case = cases[name]
+        runs += len(configs) * len(timed_shapes(case, shape))
+        if case.other_lengths:
+            shapes = inexact_shapes(case, shape)
+            runs += len(candidates_of(case, shapes[0])) * len(shapes)
+    return runs
 
 
 def plan(cases: dict) -> list:
@@ -733,38 +748,54 @@ def _choose(case, shapes, configs, device, timer, dtype, refine_top, refine_time
 def inexact_shapes(case: Case, shape: tuple) -> list:
     """timed_shapes at the bucket's 3/4 length (the middle of its lengths), each with as many
     elements as the bucket's shape: where a config with the bucket's length compiled in
-    (EXACT_KEY) does not serve."""
+    (EXACT_KEY) does not serve, and where a whole-row tile of the bucket's length masks a
+    quarter of its lanes."""
     n = shape[1]
     length = 3 * n // 4
     return [(rows * n // length, length, *rest) for rows, _, *rest in timed_shapes(case, shape)]
 
 
-def inexact_candidates(case: Case, shape: tuple, exact: Config) -> tuple:
-    """(inexact_shapes, configs) of measure_inexact: the exact config's twin first, then the
+def measures_other_lengths(case: Case, config: Config) -> bool:
+    """Whether a bucket choosing config is timed again at its other lengths (measure_inexact):
+    every bucket of a case that asks for it, and every exact-length choice."""
+    return case.other_lengths or bool(config.constexprs.get(EXACT_KEY))
+
+
+def inexact_candidates(case: Case, shape: tuple, chosen: Config) -> tuple:
+    """(inexact_shapes, configs) of measure_inexact: what those lengths run without a record
+    first (the chosen config's twin: itself unless its row length is compiled in), then the
     bucket's other candidates at the 3/4 length (candidates_of leaves out the exact ones)."""
     shapes = inexact_shapes(case, shape)
-    twin = inexact_twin(exact)
+    twin = inexact_twin(chosen)
     return shapes, [twin] + [c for c in candidates_of(case, shapes[0]) if c.tag != twin.tag]
 
 
-def _exact_in_table(table_specs: dict, name: str, key: str) -> tuple:
-    """(record, config) of the table's entry for the bucket where its config has the row
-    length compiled in, else (record or None, None)."""
+def _twin_text(config: Config) -> str:
+    """What a bucket's other lengths run without an "inexact" record, in words."""
+    return (f"the twin of {config.tag}" if config.constexprs.get(EXACT_KEY)
+            else f"the table's {config.tag}")
+
+
+def _measured_in_table(case: Case, table_specs: dict, name: str, key: str) -> tuple:
+    """(record, config) of the table's entry for the bucket where its other lengths are
+    measured (measures_other_lengths), else (record or None, None)."""
     record = table_specs.get(name, {}).get(key)
     config = tuning.record_config(record["config"]) if record else None
-    return record, (config if config is not None and config.constexprs.get(EXACT_KEY) else None)
+    return record, (config if config is not None and measures_other_lengths(case, config)
+                    else None)
 
 
-def measure_inexact(case: Case, shape: tuple, exact: Config, device, timer, dtype, refine_top,
+def measure_inexact(case: Case, shape: tuple, chosen: Config, device, timer, dtype, refine_top,
                     refine_timer, description: str, log=print) -> dict | None:
-    """The record of what the other lengths of an exact config's bucket run (the table entry's
-    "inexact", see kernel_src/tuning.py): the exact config's inexact twin and the bucket's
-    other candidates timed at inexact_shapes, the twin kept unless another is more than
-    KEEP_WITHIN faster (as the heuristic is for the bucket). None where the twin fails: the
-    bucket's other lengths then run the twin as before. Added after an H100 read LayerNorm
-    at 1536 columns 9.8% slower on the 2K bucket's twin than on the table it replaced (session
-    31)."""
-    shapes, configs = inexact_candidates(case, shape, exact)
+    """The record of what the other lengths of a bucket run (the table entry's "inexact", see
+    kernel_src/tuning.py): the chosen config's twin (the config itself unless its row length
+    is compiled in) and the bucket's other candidates timed at inexact_shapes, the twin kept
+    unless another is more than KEEP_WITHIN faster (as the heuristic is for the bucket).
+    None where the twin fails: the bucket's other lengths then run the twin as before. Added
+    after an H100 read LayerNorm at 1536 columns 9.8% slower on the 2K bucket's exact
+    config's twin than on the table it replaced (session 31); for every norm bucket after
+    the 16K backwards read 12288 columns at 75-79% of copy and 24576 at 88-92 (session 32)."""
+    shapes, configs = inexact_candidates(case, shape, chosen)
     twin = configs[0]
     c = _choose(case, shapes, configs, device, timer, dtype, refine_top, refine_timer)
     text = shapes_text(shapes)
@@ -786,20 +817,23 @@ def measure_inexact(case: Case, shape: tuple, exact: Config, device, timer, dtyp
 
 def _tune_inexact_only(cases, table_specs, device, timer, dtype, log, refine_top, refine_timer,
                        description, on_record) -> tuple:
-    """tune(inexact_of=...): the table's records of the planned buckets whose config has the
-    row length compiled in, each with a new "inexact" record; the rest are left out."""
+    """tune(inexact_of=...): the table's records of the planned buckets whose other lengths
+    are measured (measures_other_lengths), each with a new "inexact" record; the rest are
+    left out."""
     specs, problems = {}, []
     for name, key, shape, _ in plan(cases):
-        record, config = _exact_in_table(table_specs, name, key)
+        record, config = _measured_in_table(cases[name], table_specs, name, key)
         if config is None:
-            log(f"{name} {key}: no exact-length config in the table, nothing to measure")
+            log(f"{name} {key}: " + ("no record in the table" if record is None else
+                                     "its other lengths are not measured")
+                + ", nothing to measure")
             continue
         log(f"{name} {key}: the table's {config.tag}")
         inexact = measure_inexact(cases[name], shape, config, device, timer, dtype, refine_top,
                                   refine_timer, description, log)
         kept = {k: v for k, v in record.items() if k != "inexact"}
         if inexact is None:
-            problems.append(f"{name} {key}: the twin of {config.tag} failed")
+            problems.append(f"{name} {key}: {_twin_text(config)} failed at other lengths")
         else:
             kept["inexact"] = inexact
         specs.setdefault(name, {})[key] = kept
@@ -815,12 +849,12 @@ def tune(arch: str, cases: dict, device="cuda", timer=do_bench_median, dtype=tor
     that failed: its bucket gets no record). refine_top > 0: the heuristic and that many of
     the best candidates by `timer` are timed again with refine_timer (CUDA-graph replays,
     the benchmark suite's measure), and the choice is made among them on those times, with
-    the same KEEP_WITHIN rule (the record's "refined"). A bucket that chooses a config with
-    the row length compiled in is measured again at another length (measure_inexact: the
-    record's "inexact", `description` naming the GPU). inexact_of ({spec name: {bucket key:
-    record}}, a table's): choose nothing; measure only that, for the exact configs those
-    records hold, and return the records with it. on_record(spec name, bucket key, record)
-    is called as each bucket's record is made."""
+    the same KEEP_WITHIN rule (the record's "refined"). A bucket of a case with
+    other_lengths, or one that chooses a config with the row length compiled in, is measured
+    again at another length (measure_inexact: the record's "inexact", `description` naming
+    the GPU). inexact_of ({spec name: {bucket key: record}}, a table's): choose nothing;
+    measure only that, for the configs those records hold, and return the records with it.
+    on_record(spec name, bucket key, record) is called as each bucket's record is made."""
     if inexact_of is not None:
         return _tune_inexact_only(cases, inexact_of, device, timer, dtype, log, refine_top,
                                   refine_timer, description, on_record)
@@ -867,9 +901,11 @@ def tune(arch: str, cases: dict, device="cuda", timer=do_bench_median, dtype=tor
                                              for j, ms in sorted(refined.items(),
                                                                  key=lambda kv: kv[1][0])],
                                  "ms": _round(refined[chosen][0])}
-        if configs[chosen].constexprs.get(EXACT_KEY):
+        if measures_other_lengths(case, configs[chosen]):
             inexact = measure_inexact(case, shape, configs[chosen], device, timer, dtype,
                                       refine_top, refine_timer, description, log)
+            other_shapes, other_configs = inexact_candidates(case, shape, configs[chosen])
+            done += len(other_configs) * len(other_shapes)
             if inexact is not None:
                 record["inexact"] = inexact
         specs.setdefault(name, {})[key] = record
@@ -983,18 +1019,19 @@ def describe_plan(cases: dict) -> str:
 
 
 def describe_inexact_plan(cases: dict, table_specs: dict) -> str:
-    """describe_plan for --inexact-only: the table's exact configs and where their buckets'
-    other lengths would be timed."""
+    """describe_plan for --inexact-only: the table's configs whose buckets' other lengths
+    would be timed, and where."""
     lines = []
     for name, key, shape, _ in plan(cases):
-        _, config = _exact_in_table(table_specs, name, key)
+        record, config = _measured_in_table(cases[name], table_specs, name, key)
         if config is None:
-            lines.append(f"{name:<16} {key:<28} no exact-length config in the table")
+            lines.append(f"{name:<16} {key:<28} " + (
+                "no record in the table" if record is None else "other lengths not measured"))
             continue
         shapes, configs = inexact_candidates(cases[name], shape, config)
         lines.append(f"{name:<16} {key:<28} "
                      f"{shapes_text(shapes):>22}  "
-                     f"{len(configs):>2} configs (the twin of {config.tag} first)")
+                     f"{len(configs):>2} configs ({_twin_text(config)} first)")
     return "\n".join(lines)
 
 

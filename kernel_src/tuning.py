@@ -11,10 +11,12 @@ A table maps spec name -> size bucket -> the chosen config, plus what was measur
           "heuristic": {"tag": ..., "ms": 0.071}, "best": {"tag": ..., "ms": 0.069},
           "candidates": 6}}}}
 
-A bucket whose config has the row length compiled in (spec.EXACT_KEY) serves rows of that
-length only. Its entry may also hold "inexact": {"config": ..., "shape": [rows, length],
-"ms": ..., "twin_ms": ..., "device": ...}, the config measured best at another length of the
-bucket, which its other lengths run; without one they run the exact config's inexact twin.
+An entry's config was chosen at its shape's row length. The entry may also hold "inexact":
+{"config": ..., "shape": [rows, length], "ms": ..., "twin_ms": ..., "device": ...}, the
+config measured best at another length of the bucket (3/4 of its own), which the bucket's
+other lengths run. Without one they run the entry's config too, except that a config with
+the row length compiled in (spec.EXACT_KEY) serves that length only: there they run its
+inexact twin (twin_ms: the time of what they would run without the record).
 
 A bucket is the spec rule's arguments by name with the first (the row length) rounded up to
 a power of two (`bucket_key`). A spec, bucket or arch without an entry uses the spec's
@@ -131,11 +133,15 @@ def _shared(spec: KernelSpec, config: Config) -> Config:
     return _configs.setdefault((spec.name, config.tag), config)
 
 
-def _serving(spec: KernelSpec, config: Config, n_cols: int, inexact: Config | None) -> Config:
-    """config, or for rows of another length than one it compiles in (EXACT_KEY) the bucket's
-    inexact config, else the exact config's inexact twin."""
-    if config.constexprs.get(EXACT_KEY) and n_cols != exact_length(config):
-        return inexact or _twin(spec, config)
+def _serving(spec: KernelSpec, config: Config, n_cols: int, other: tuple | None) -> Config:
+    """config, or for rows of another length than it was chosen at the bucket's inexact
+    config (other: (the bucket's length, that config), from the entry's "inexact" record),
+    else for an exact config (EXACT_KEY) its inexact twin."""
+    if config.constexprs.get(EXACT_KEY):
+        if n_cols != exact_length(config):
+            return other[1] if other else _twin(spec, config)
+    elif other and n_cols != other[0]:
+        return other[1]
     return config
 
 
@@ -143,9 +149,10 @@ def _twin(spec: KernelSpec, config: Config) -> Config:
     return _shared(spec, inexact_twin(config))
 
 
-def _inexact_config(spec: KernelSpec, entry: dict) -> Config | None:
-    """The config an entry's "inexact" record names for the bucket's other lengths (None
-    without one); it must not have a row length compiled in itself."""
+def _inexact_config(spec: KernelSpec, entry: dict) -> tuple | None:
+    """(the bucket's row length, the config its other lengths run) of an entry's "inexact"
+    record (None without one). The length is the one its config compiles in, else the
+    entry's shape's; the inexact config must not have a row length compiled in itself."""
     record = entry.get("inexact")
     if record is None:
         return None
@@ -153,7 +160,10 @@ def _inexact_config(spec: KernelSpec, entry: dict) -> Config | None:
     if config.constexprs.get(EXACT_KEY):
         raise ValueError(f"inexact config {config.tag} of {spec.name} has {EXACT_KEY}: it "
                          f"serves the rows of other lengths than the exact one")
-    return config
+    chosen = record_config(entry["config"])
+    length = (exact_length(chosen) if chosen.constexprs.get(EXACT_KEY)
+              else int(entry["shape"][1]))
+    return length, config
 
 
 # Bytes per element of the dtypes a table entry may be measured in.
@@ -162,7 +172,7 @@ DTYPE_ITEMSIZE = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 def _tuned(spec: KernelSpec, arch: str) -> tuple:
     """({bucket key: Config}, {bucket key: element size it was measured with}, {bucket key:
-    Config the bucket's other lengths run, for exact-length configs that name one})."""
+    (the bucket's length, the Config its other lengths run), for entries that name one})."""
     key = (spec.name, arch)
     found = _by_spec.get(key)
     if found is None:
@@ -188,22 +198,23 @@ def tuned_configs(spec: KernelSpec, arch: str) -> dict:
 
 
 def inexact_configs(spec: KernelSpec, arch: str) -> dict:
-    """{bucket key: Config} the other lengths of exact-length configs' buckets run, where
-    the table names one (else they run the twin)."""
-    return _tuned(spec, arch)[2]
+    """{bucket key: Config} the bucket's other lengths run, where the table names one (else
+    they run the bucket's config, or an exact one's twin)."""
+    return {bucket: config for bucket, (_, config) in _tuned(spec, arch)[2].items()}
 
 
 def arch_configs(spec: KernelSpec, arch: str) -> tuple:
     """What the build compiles for the arch: the heuristic configs, then the tuned ones that
-    differ from them (by tag) and what the other lengths of exact-length ones' buckets run
-    (their inexact configs, else twins), in a stable order."""
+    differ from them (by tag) and what their buckets' other lengths run (inexact configs,
+    else exact ones' twins), in a stable order."""
     configs = list(spec.configs)
     tags = {c.tag for c in configs}
     tuned_by_bucket, _, inexact = _tuned(spec, arch)
     for bucket, tuned in tuned_by_bucket.items():
-        exact = tuned.constexprs.get(EXACT_KEY)
-        others = inexact.get(bucket) or _twin(spec, tuned)  # see select
-        for config in (tuned, others) if exact else (tuned,):
+        other = inexact.get(bucket)  # see select
+        others = other[1] if other else (
+            _twin(spec, tuned) if tuned.constexprs.get(EXACT_KEY) else tuned)
+        for config in (tuned, others):
             if config.tag not in tags:
                 tags.add(config.tag)
                 configs.append(config)
@@ -232,10 +243,11 @@ def select(spec: KernelSpec, arch: str | None, args: tuple, itemsize: int = 0) -
     bucket, else the spec's rule. With `itemsize` (bytes per element of the call's data),
     only an entry measured with that element size: a config's shared memory and registers
     grow with it (a 3-stage whole row of 16K bf16 columns fits an H200's shared memory, of
-    fp32 it does not), so other sizes take the rule. A config with the row length compiled
-    in serves rows of that length only; the bucket's others take its entry's inexact
-    config, else the exact one's twin (exact_length). The runtime calls
-    it once per (device, args, dtype), see Kernel.select_config."""
+    fp32 it does not), so other sizes take the rule. The entry's config serves the row
+    length it was chosen at; the bucket's other lengths take its entry's inexact config
+    where it names one, else the same config, or an exact one's twin (a config with the row
+    length compiled in serves that length only: exact_length). The runtime calls it once
+    per (device, args, dtype), see Kernel.select_config."""
     if arch is not None:
         tuned, sizes, inexact = _tuned(spec, arch)
         if tuned:

@@ -144,6 +144,32 @@ def test_an_exact_configs_bucket_runs_its_inexact_config_at_other_lengths(tables
         tuning.select(rms.FWD, "sm90", (20480, False))
 
 
+def test_a_buckets_other_lengths_run_its_inexact_config(tables):
+    """Any entry's "inexact" record, not only an exact config's: the length the entry was
+    measured at (its shape's) runs its config, the bucket's other lengths the inexact one;
+    the build compiles both. Without the shape the entry is refused."""
+    path = tables("sm90", {"rms_norm_fwd": {"n_cols=16384,residual=False": NEW_RMS}})
+    table = json.loads(path.read_bytes())
+    entry = table["specs"]["rms_norm_fwd"]["n_cols=16384,residual=False"]
+    looped = _wide_pass1(False)
+    entry["inexact"] = {"config": tuning.config_record(looped), "shape": [4, 12288]}
+    entry["shape"] = [4096, 16384]
+    path.write_bytes(tuning.format_table(table))
+    tuning.reset()
+    assert tuning.select(rms.FWD, "sm90", (16384, False)).tag == NEW_RMS.tag
+    for n in (8193, 12288, 16383):
+        assert tuning.select(rms.FWD, "sm90", (n, False)).tag == looped.tag
+    assert tuning.inexact_configs(rms.FWD, "sm90") == {
+        "n_cols=16384,residual=False": tuning.select(rms.FWD, "sm90", (12288, False))}
+    built = {c.tag for c in tuning.arch_configs(rms.FWD, "sm90")}
+    assert {NEW_RMS.tag, looped.tag} <= built
+    del entry["shape"]
+    path.write_bytes(tuning.format_table(table))
+    tuning.reset()
+    with pytest.raises(ValueError, match="bad entry for rms_norm_fwd.*'shape'"):
+        tuning.select(rms.FWD, "sm90", (12288, False))
+
+
 def test_an_exact_length_config_needs_a_whole_row_pass1(tables):
     whole_row = Config({**NEW_RMS.constexprs, EXACT_KEY: 1}, num_warps=16)
     tables("sm90", {"rms_norm_fwd": {"n_cols=4096,residual=False": whole_row}})
@@ -562,16 +588,21 @@ def test_tune_inexact_only_needs_a_table(tables, capsys):
     assert "adds to a tuned table of sm80, and there is none" in capsys.readouterr().err
 
 
-def test_tune_inexact_only_dry_run_names_the_tables_exact_configs(tables, capsys):
+def test_tune_inexact_only_dry_run_names_the_tables_configs(tables, capsys):
     tables("sm90", {"rms_norm_fwd": {"n_cols=32768,residual=False": _wide_pass1(True),
                                      "n_cols=16384,residual=False": NEW_RMS}})
     assert cli_main(["tune", "--arch", "sm90", "--dry-run", "--inexact-only", "--specs",
                      "rms_norm_fwd", "--cols", "16384,32768"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    exact = next(line for line in lines if "n_cols=32768,residual=False" in line)
+
+    def line_of(key):
+        return next(line for line in lines if key in line)
+
+    exact = line_of("n_cols=32768,residual=False")
     assert "2730x24576" in exact and f"the twin of {_wide_pass1(True).tag}" in exact
-    assert "no exact-length config" in next(
-        line for line in lines if "n_cols=16384,residual=False" in line)
+    whole = line_of("n_cols=16384,residual=False")
+    assert "5461x12288" in whole and f"the table's {NEW_RMS.tag}" in whole
+    assert "no record in the table" in line_of("n_cols=16384,residual=True")
 
 
 def test_tune_cols_selects_buckets(capsys):
@@ -714,7 +745,8 @@ def test_tune_end_to_end_in_the_interpreter(tables, tmp_path):
     assert problems == []
     assert not [c for c in timed if c is wrong] and [c for c in timed if c is favored]
     plan = tune.plan(cases)
-    assert len(timed) == tune.config_runs(cases) - 4  # wrong: two buckets, two row counts
+    # wrong: two buckets, two row counts, at the bucket's length and at 3/4 of it
+    assert len(timed) == tune.config_runs(cases) - 8
     assert tune.config_runs(cases) > sum(len(configs) for *_, configs in plan)
     for name, key, shape, configs in plan:
         record = specs[name][key]
@@ -773,9 +805,9 @@ def test_tune_scores_every_timed_shape():
         run()
         return times[(config.tag, rows_seen[-1])]
 
-    cases = {"rms_norm_bwd": dataclasses.replace(
+    cases = {"rms_norm_bwd": dataclasses.replace(  # the bucket's own length only
         case, shapes=((8, 64, False),), also_rows=lambda n: (24,), launch=launch,
-        candidates=lambda bucket, flag=False: [a, b])}
+        candidates=lambda bucket, flag=False: [a, b], other_lengths=False)}
     specs, problems = tune.tune("sm90", cases, device="cpu", timer=timer, log=lambda *x: None)
     assert problems == [] and sorted(set(rows_seen)) == [8, 24]
     record = specs["rms_norm_bwd"]["n_cols=64,dres=False"]
@@ -842,9 +874,19 @@ def test_an_exact_choice_is_measured_again_at_other_lengths(tables):
     assert problems == [] and tune._tag(kept["inexact"]["config"]) == twin.tag
     assert {k: v for k, v in kept.items() if k != "inexact"} == {
         k: v for k, v in record.items() if k != "inexact"}
-    # a table without an exact config there: nothing measured, nothing returned
+    # a table without an exact config there: its other lengths measured all the same (the
+    # norm cases' other_lengths), the twin being the config itself ...
     table["layer_norm_fwd"]["n_cols=64"]["config"] = tuning.config_record(whole)
-    assert tune.tune("sm90", cases, device="cpu", log=lambda *x: None, inexact_of=table,
+    fast[twin.tag] = 0.5
+    only, problems = tune.tune("sm90", cases, device="cpu", log=lambda *x: None,
+                               timer=lambda run, config: (run(), fast.get(config.tag, 2.0))[1],
+                               inexact_of=table)
+    other = only["layer_norm_fwd"]["n_cols=64"]["inexact"]
+    assert problems == [] and tune._tag(other["config"]) == twin.tag
+    assert other["twin_ms"] == 0.99 and other["ms"] == 0.5  # the whole row's, then the twin's
+    # ... but not for a case without other_lengths: nothing measured, nothing returned
+    plain = {name: dataclasses.replace(case, other_lengths=False) for name, case in cases.items()}
+    assert tune.tune("sm90", plain, device="cpu", log=lambda *x: None, inexact_of=table,
                      timer=lambda run, config: 1 / 0) == ({}, [])
 
 
@@ -917,9 +959,9 @@ def test_tune_refines_the_best_on_a_second_timer():
         refined_tags.append(config.tag)
         return second[config.tag]
 
-    cases = {"rms_norm_bwd": dataclasses.replace(
+    cases = {"rms_norm_bwd": dataclasses.replace(  # the bucket's own length only
         case, shapes=((8, 64, False),), also_rows=None,
-        candidates=lambda bucket, flag=False: [a, b, c])}
+        candidates=lambda bucket, flag=False: [a, b, c], other_lengths=False)}
     specs, problems = tune.tune("sm90", cases, device="cpu", log=lambda *x: None,
                                 timer=lambda run, config: (run(), first[config.tag])[1],
                                 refine_top=2, refine_timer=refine_timer)

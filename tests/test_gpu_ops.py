@@ -55,8 +55,9 @@ def check(ours, ref, *inputs, dtype, scalar=False):
 DTYPES = [torch.float32, torch.bfloat16]
 
 
-# hidden sizes: whole-row backwards up to 16K columns, looped ones beyond (20000, 65536)
-@pytest.mark.parametrize("hidden", [2880, 4096, 5120, 8192, 16384, 20000, 65536])
+# hidden sizes: whole-row backwards up to 8K columns, grouped ones over it (12288, 16384,
+# 65536; sm90), looped ones where grouped cannot (20000: not a multiple of its slice)
+@pytest.mark.parametrize("hidden", [2880, 4096, 5120, 8192, 12288, 16384, 20000, 65536])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_norms(hidden, dtype):
     from liger_aot.ops.layer_norm import layer_norm

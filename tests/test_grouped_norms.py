@@ -183,8 +183,8 @@ def test_off_switch_and_arch(monkeypatch, op):
 
 
 def test_cpu_calls_take_the_other_backwards():
-    """CPU tensors never take the grouped kernel (the interpreter runs no Gluon): a 16K bf16
-    row gives torch's gradients through rms_norm_bwd."""
+    """CPU tensors never take the grouped kernel (the interpreter runs no Gluon): a bf16 row
+    of the grouped kernel's shortest length gives torch's gradients through rms_norm_bwd."""
     torch.manual_seed(0)
     n = spec.GROUPED_MIN_COLS
     x = torch.randn(2, n).to(torch.bfloat16).requires_grad_()
@@ -197,7 +197,7 @@ def test_cpu_calls_take_the_other_backwards():
 
 
 def test_cpu_layer_norm_takes_the_other_backwards():
-    """The same for LayerNorm (layer_norm_bwd): dx, dw and db of a 16K bf16 row."""
+    """The same for LayerNorm (layer_norm_bwd): dx, dw and db of such a bf16 row."""
     torch.manual_seed(0)
     n = ln_spec.GROUPED_MIN_COLS
     x = torch.randn(2, n).to(torch.bfloat16).requires_grad_()

@@ -140,9 +140,12 @@ GROUPED_DRES_CONFIG = Config({"BLOCK_N": GROUPED_BLOCK_N, "SLOTS": 3, "PROGRAMS_
                               "HAS_DRES": 1}, num_warps=4, maxnreg=72)
 MAX_GROUPED_SPLIT = 32  # programs a row: up to 65536 columns
 # Row lengths that take it (the op also needs sm90, 2-byte data in the aligned class and
-# torch's deterministic mode off): multiples of BLOCK_N from 16K, where
-# the library's other backwards fall under 80%, to 64K, the longest timed.
-GROUPED_MIN_COLS = 16384
+# torch's deterministic mode off): multiples of BLOCK_N over 8K, to 64K, the longest timed.
+# From 16K first, where the other backwards ran under 60-80% of copy; from 10240 since an
+# H100 read the plain backwards (the 16K bucket's tuned configs, none faster among the
+# candidates) 14-18% slower than this one at 10240-14336 columns, RMSNorm, LayerNorm and
+# the fused add alike, and level at 4K-8K (session 32, experiment_grouped_bwd_min_cols.py).
+GROUPED_MIN_COLS = 8192 + GROUPED_BLOCK_N
 GROUPED_MAX_COLS = MAX_GROUPED_SPLIT * GROUPED_BLOCK_N
 GROUPED_ARCHS = ("sm90",)
 

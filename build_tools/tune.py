@@ -423,7 +423,7 @@ class Case:
     candidates: Callable
     prepare: Callable | None = None
     also_rows: Callable | None = None  # n_cols -> more row counts to time (see tune)
-    # every bucket is timed again at 3/4 of its length (measure_inexact), not only those
+    # every bucket is timed again at other lengths (measure_inexact), not only those
     # choosing a config with the row length compiled in (EXACT_KEY)
     other_lengths: bool = False
 
@@ -745,14 +745,22 @@ def _choose(case, shapes, configs, device, timer, dtype, refine_top, refine_time
     return Choice(times, score, best, chosen, keep, refined)
 
 
+# Where a bucket's other lengths are timed, in eighths of its length, the middle first (the
+# record's shape): they lie between half of it and all of it. One probe at 3/4 (session 31)
+# chose LayerNorm's 16K record at 12288, where it read 92% of copy, and 86% at 10240 (H100,
+# session 32): a block of 4096 divides the one and not the other.
+OTHER_EIGHTHS = (6, 5, 7)
+
+
 def inexact_shapes(case: Case, shape: tuple) -> list:
-    """timed_shapes at the bucket's 3/4 length (the middle of its lengths), each with as many
-    elements as the bucket's shape: where a config with the bucket's length compiled in
-    (EXACT_KEY) does not serve, and where a whole-row tile of the bucket's length masks a
-    quarter of its lanes."""
+    """timed_shapes at 3/4, 5/8 and 7/8 of the bucket's length (OTHER_EIGHTHS), each with as
+    many elements as the bucket's shape: where a config with the bucket's length compiled in
+    (EXACT_KEY) does not serve, and where a whole-row tile of the bucket's length masks some
+    of its lanes."""
     n = shape[1]
-    length = 3 * n // 4
-    return [(rows * n // length, length, *rest) for rows, _, *rest in timed_shapes(case, shape)]
+    return [(rows * n // length, length, *rest)
+            for length in (eighths * n // 8 for eighths in OTHER_EIGHTHS)
+            for rows, _, *rest in timed_shapes(case, shape)]
 
 
 def measures_other_lengths(case: Case, config: Config) -> bool:
@@ -764,7 +772,8 @@ def measures_other_lengths(case: Case, config: Config) -> bool:
 def inexact_candidates(case: Case, shape: tuple, chosen: Config) -> tuple:
     """(inexact_shapes, configs) of measure_inexact: what those lengths run without a record
     first (the chosen config's twin: itself unless its row length is compiled in), then the
-    bucket's other candidates at the 3/4 length (candidates_of leaves out the exact ones)."""
+    bucket's other candidates (at 3/4 of its length: candidates_of leaves out the exact
+    ones)."""
     shapes = inexact_shapes(case, shape)
     twin = inexact_twin(chosen)
     return shapes, [twin] + [c for c in candidates_of(case, shapes[0]) if c.tag != twin.tag]
@@ -790,7 +799,9 @@ def measure_inexact(case: Case, shape: tuple, chosen: Config, device, timer, dty
     """The record of what the other lengths of a bucket run (the table entry's "inexact", see
     kernel_src/tuning.py): the chosen config's twin (the config itself unless its row length
     is compiled in) and the bucket's other candidates timed at inexact_shapes, the twin kept
-    unless another is more than KEEP_WITHIN faster (as the heuristic is for the bucket).
+    unless another is more than KEEP_WITHIN faster by score over those shapes (as the
+    heuristic is for the bucket); the record holds the first shape's times and the others'
+    in "also".
     None where the twin fails: the bucket's other lengths then run the twin as before. Added
     after an H100 read LayerNorm at 1536 columns 9.8% slower on the 2K bucket's exact
     config's twin than on the table it replaced (session 31); for every norm bucket after
@@ -804,7 +815,11 @@ def measure_inexact(case: Case, shape: tuple, chosen: Config, device, timer, dty
         return None
     record = {"config": tuning.config_record(configs[c.chosen]), "shape": list(shapes[0][:2]),
               "ms": _round(c.times[c.chosen][0]), "twin_ms": _round(c.times[0][0]),
-              "candidates": len(c.score), "device": description}
+              "candidates": len(c.score), "device": description,
+              "score": _round(c.score[c.chosen]), "twin_score": _round(c.score[0]),
+              "also": [{"shape": list(s[:2]), "ms": _round(c.times[c.chosen][k]),
+                        "twin_ms": _round(c.times[0][k])}
+                       for k, s in enumerate(shapes) if k]}
     if c.refined is not None:
         record["refined"] = {"timer": getattr(refine_timer, "__name__", "refine"),
                              "ms": _round(c.refined[c.chosen][0]),

@@ -13,10 +13,11 @@ A table maps spec name -> size bucket -> the chosen config, plus what was measur
 
 An entry's config was chosen at its shape's row length. The entry may also hold "inexact":
 {"config": ..., "shape": [rows, length], "ms": ..., "twin_ms": ..., "device": ...}, the
-config measured best at another length of the bucket (3/4 of its own), which the bucket's
-other lengths run. Without one they run the entry's config too, except that a config with
-the row length compiled in (spec.EXACT_KEY) serves that length only: there they run its
-inexact twin (twin_ms: the time of what they would run without the record).
+config measured best at other lengths of the bucket (3/4 of its own, the shape; 5/8 and 7/8
+too in "also", where tuned after session 32), which the bucket's other lengths run.
+Without one they run the entry's config too, except that a config with the row length
+compiled in (spec.EXACT_KEY) serves that length only: there they run its inexact twin
+(twin_ms: the time of what they would run without the record).
 
 A bucket is the spec rule's arguments by name with the first (the row length) rounded up to
 a power of two (`bucket_key`). A spec, bucket or arch without an entry uses the spec's

@@ -239,13 +239,14 @@ than 2% faster. The norms are also timed at the benchmark suite's row counts whe
 larger (65536 x 1024, 32768 x 2048) and scored by their mean time relative to each shape's
 fastest. With --graphs-top K the heuristic and the K best are timed again from CUDA-graph
 replays (the benchmark suite's --graphs measure) and chosen among on those times, by the
-same 2% rule. Every norm bucket is also timed at 3/4 of its length, where what its other
-lengths would run (the chosen config, or the twin without the length of a looped forward
-with its row length compiled in, EXACT_N, which serves that length only) and the bucket's
-other candidates compete by the same 2% rule for the bucket's other lengths. Entries of
-other specs in an existing table are kept. On an H200 a spec took 5 s (softmax) to 150 s
-(rms_norm_bwd), every spec about 6 minutes, before the norms' other lengths were timed too
-(about twice the runs). Commit the table, then rebuild the arch.
+same 2% rule. Every norm bucket is also timed at 3/4, 5/8 and 7/8 of its length, where what
+its other lengths would run (the chosen config, or the twin without the length of a looped
+forward with its row length compiled in, EXACT_N, which serves that length only) and the
+bucket's other candidates compete by the same 2% rule and score for the bucket's other
+lengths. Entries of other specs in an existing table are kept. On an H200 a spec took 5 s
+(softmax) to 150 s (rms_norm_bwd), every spec about 6 minutes, before the norms' other
+lengths were timed too (about four times the runs). Commit the table, then rebuild the
+arch.
 
   liger-aot tune --arch sm90                       # every spec
   liger-aot tune --arch sm90 --specs rms_norm_fwd  # one spec, merged into the table

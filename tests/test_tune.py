@@ -579,7 +579,7 @@ def test_tune_dry_run_and_help(capsys):
     assert info.value.code == 0
     out = capsys.readouterr().out
     for words in ("--dry-run", "--specs", "--out", "torch reference", "2% faster", "H200",
-                  "--graphs-top", "CUDA-graph replays", "--inexact-only", "3/4 of its length"):
+                  "--graphs-top", "CUDA-graph replays", "--inexact-only", "3/4, 5/8 and 7/8 of its length"):
         assert words in out, words
 
 
@@ -718,7 +718,8 @@ def test_tune_end_to_end_in_the_interpreter(tables, tmp_path):
     wrong candidate is dropped however fast, a >2% faster one is chosen, one within 2% is
     not; the table written is what tuning reads and what the sm90 build compiles."""
     launch = {"STAGES": 1, "PROGRAMS_PER_SM": 0}
-    wrong = Config({"BLOCK_M": 1, "BLOCK_N": 32, "LOOP": False, **launch}, num_warps=4)  # half a row
+    # a part of every row timed (30-64 columns, other lengths included)
+    wrong = Config({"BLOCK_M": 1, "BLOCK_N": 16, "LOOP": False, **launch}, num_warps=4)
     favored = Config({"BLOCK_M": 16, "BLOCK_N": 64, "LOOP": False, **launch}, num_warps=4)
     # the norm backwards' second row count, kept tiny (the real one is the suite's 64M)
     cases = {name: dataclasses.replace(case, shapes=TINY[name], also_rows=case.also_rows
@@ -745,8 +746,8 @@ def test_tune_end_to_end_in_the_interpreter(tables, tmp_path):
     assert problems == []
     assert not [c for c in timed if c is wrong] and [c for c in timed if c is favored]
     plan = tune.plan(cases)
-    # wrong: two buckets, two row counts, at the bucket's length and at 3/4 of it
-    assert len(timed) == tune.config_runs(cases) - 8
+    # wrong: two buckets, two row counts, at the bucket's length and at 3 other lengths
+    assert len(timed) == tune.config_runs(cases) - 16
     assert tune.config_runs(cases) > sum(len(configs) for *_, configs in plan)
     for name, key, shape, configs in plan:
         record = specs[name][key]
@@ -847,7 +848,8 @@ def test_an_exact_choice_is_measured_again_at_other_lengths(tables):
     cases = {"layer_norm_fwd": dataclasses.replace(
         case, shapes=((12, 64),), also_rows=lambda n: (24,), launch=launch,
         candidates=lambda bucket, flag=False: [exact, twin, whole])}
-    assert tune.inexact_shapes(cases["layer_norm_fwd"], (12, 64)) == [(16, 48), (32, 48)]
+    assert tune.inexact_shapes(cases["layer_norm_fwd"], (12, 64)) == [
+        (16, 48), (32, 48), (19, 40), (38, 40), (13, 56), (27, 56)]
     specs, problems = tune.tune("sm90", cases, device="cpu", log=lambda *x: None,
                                 timer=lambda run, config: (run(), fast.get(config.tag, 2.0))[1],
                                 description="fake GPU")
@@ -888,6 +890,43 @@ def test_an_exact_choice_is_measured_again_at_other_lengths(tables):
     plain = {name: dataclasses.replace(case, other_lengths=False) for name, case in cases.items()}
     assert tune.tune("sm90", plain, device="cpu", log=lambda *x: None, inexact_of=table,
                      timer=lambda run, config: 1 / 0) == ({}, [])
+
+
+def test_other_lengths_are_chosen_over_three_probes(tables):
+    """A config fastest at 3/4 of the bucket alone loses to one a little slower there and
+    fastest at 5/8 and 7/8: the other lengths' choice is made on the mean relative time over
+    the three probes, as a bucket's own shapes are scored; the record keeps each probe."""
+    case = tune.CASES["layer_norm_fwd"]
+    exact, twin = _tiny_looped(True), _tiny_looped(False)
+    whole = Config({"BLOCK_M": 2, "BLOCK_N": 64, "LOOP": False, "PROGRAMS_PER_SM": 0,
+                    "STAGES": 1}, num_warps=2)
+    lengths = []
+
+    def launch(fn, t, config):
+        lengths.append(t["x"].shape[1])
+        case.launch(fn, t, config)
+
+    ms = {(twin.tag, 48): 0.8, (twin.tag, 40): 1.0, (twin.tag, 56): 1.0,
+          (whole.tag, 48): 0.85, (whole.tag, 40): 0.85, (whole.tag, 56): 0.85}
+
+    def timer(run, config):
+        run()
+        return ms.get((config.tag, lengths[-1]), 0.5 if config is exact else 2.0)
+
+    cases = {"layer_norm_fwd": dataclasses.replace(
+        case, shapes=((12, 64),), also_rows=None, launch=launch,
+        candidates=lambda bucket, flag=False: [exact, twin, whole])}
+    specs, problems = tune.tune("sm90", cases, device="cpu", timer=timer, log=lambda *x: None)
+    record = specs["layer_norm_fwd"]["n_cols=64"]
+    assert problems == [] and tune._tag(record["config"]) == exact.tag
+    inexact = record["inexact"]
+    # twin (0.8/0.8 + 1/0.85 + 1/0.85) / 3 = 1.118, whole (0.85/0.8 + 1 + 1) / 3 = 1.021
+    assert tune._tag(inexact["config"]) == whole.tag
+    assert inexact["shape"] == [16, 48] and (inexact["ms"], inexact["twin_ms"]) == (0.85, 0.8)
+    assert inexact["also"] == [{"shape": [19, 40], "ms": 0.85, "twin_ms": 1.0},
+                               {"shape": [13, 56], "ms": 0.85, "twin_ms": 1.0}]
+    assert inexact["score"] < 1.03 < 1.1 < inexact["twin_score"]
+    assert {40, 48, 56, 64} <= set(lengths)
 
 
 WIDER = {  # every candidate of the buckets the GPU run measures, whole-row and looped
@@ -931,8 +970,11 @@ def test_every_candidate_computes_the_reference():
     """The candidate generators yield only configs the kernels compute correctly (checked
     in the interpreter against the torch references, as the GPU run checks them): each set
     of constexprs once, the exact-length twins left out (see _interpreted_once)."""
+    # other_lengths off: WIDER holds the lengths (the backwards' partial blocks), and the
+    # tuner's three probes of each bucket would run every candidate three times more
     cases = {name: dataclasses.replace(case, shapes=WIDER[name], also_rows=None,
-                                       candidates=_interpreted_once(case.candidates))
+                                       candidates=_interpreted_once(case.candidates),
+                                       other_lengths=False)
              for name, case in tune.CASES.items()}
     specs, problems = tune.tune("sm90", cases, device="cpu", timer=lambda run, config: 1.0,
                                 log=lambda *a: None)

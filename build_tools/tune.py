@@ -555,7 +555,8 @@ def timed_shapes(case: Case, shape: tuple) -> list:
 def config_runs(cases: dict) -> int:
     """The config runs a tune makes: every candidate at every timed shape of its bucket, and
     where the case measures its buckets' other lengths (other_lengths), every candidate there
-    (one more where the chosen config is not among them)."""
+    (an estimate: a chosen config not among those candidates adds one run a shape, and which
+    config is chosen only the tune knows)."""
     runs = 0
     for name, _, shape, configs in plan(cases):
         case = cases[name]
@@ -779,6 +780,11 @@ def inexact_candidates(case: Case, shape: tuple, chosen: Config) -> tuple:
     return shapes, [twin] + [c for c in candidates_of(case, shapes[0]) if c.tag != twin.tag]
 
 
+def _unmeasured_text(record: dict | None) -> str:
+    """Why _measured_in_table gave no config for a bucket, in words."""
+    return "no record in the table" if record is None else "its other lengths are not measured"
+
+
 def _twin_text(config: Config) -> str:
     """What a bucket's other lengths run without an "inexact" record, in words."""
     return (f"the twin of {config.tag}" if config.constexprs.get(EXACT_KEY)
@@ -794,19 +800,18 @@ def _measured_in_table(case: Case, table_specs: dict, name: str, key: str) -> tu
                     else None)
 
 
-def measure_inexact(case: Case, shape: tuple, chosen: Config, device, timer, dtype, refine_top,
+def measure_inexact(case: Case, shapes: list, configs: list, device, timer, dtype, refine_top,
                     refine_timer, description: str, log=print) -> dict | None:
     """The record of what the other lengths of a bucket run (the table entry's "inexact", see
-    kernel_src/tuning.py): the chosen config's twin (the config itself unless its row length
-    is compiled in) and the bucket's other candidates timed at inexact_shapes, the twin kept
-    unless another is more than KEEP_WITHIN faster by score over those shapes (as the
-    heuristic is for the bucket); the record holds the first shape's times and the others'
-    in "also".
-    None where the twin fails: the bucket's other lengths then run the twin as before. Added
-    after an H100 read LayerNorm at 1536 columns 9.8% slower on the 2K bucket's exact
-    config's twin than on the table it replaced (session 31); for every norm bucket after
-    the 16K backwards read 12288 columns at 75-79% of copy and 24576 at 88-92 (session 32)."""
-    shapes, configs = inexact_candidates(case, shape, chosen)
+    kernel_src/tuning.py), from inexact_candidates' shapes and configs: the chosen config's
+    twin (the config itself unless its row length is compiled in) and the bucket's other
+    candidates timed at those shapes, the twin kept unless another is more than KEEP_WITHIN
+    faster by score over them (as the heuristic is for the bucket); the record holds the
+    first shape's times and the others' in "also". None where the twin fails: the bucket's
+    other lengths then run the twin as before. Added after an H100 read LayerNorm at 1536
+    columns 9.8% slower on the 2K bucket's exact config's twin than on the table it replaced
+    (session 31); for every norm bucket after the 16K backwards read 12288 columns at 75-79%
+    of copy and 24576 at 88-92 (session 32)."""
     twin = configs[0]
     c = _choose(case, shapes, configs, device, timer, dtype, refine_top, refine_timer)
     text = shapes_text(shapes)
@@ -839,13 +844,12 @@ def _tune_inexact_only(cases, table_specs, device, timer, dtype, log, refine_top
     for name, key, shape, _ in plan(cases):
         record, config = _measured_in_table(cases[name], table_specs, name, key)
         if config is None:
-            log(f"{name} {key}: " + ("no record in the table" if record is None else
-                                     "its other lengths are not measured")
-                + ", nothing to measure")
+            log(f"{name} {key}: {_unmeasured_text(record)}, nothing to measure")
             continue
         log(f"{name} {key}: the table's {config.tag}")
-        inexact = measure_inexact(cases[name], shape, config, device, timer, dtype, refine_top,
-                                  refine_timer, description, log)
+        inexact = measure_inexact(cases[name], *inexact_candidates(cases[name], shape, config),
+                                  device, timer, dtype, refine_top, refine_timer, description,
+                                  log)
         kept = {k: v for k, v in record.items() if k != "inexact"}
         if inexact is None:
             problems.append(f"{name} {key}: {_twin_text(config)} failed at other lengths")
@@ -917,9 +921,9 @@ def tune(arch: str, cases: dict, device="cuda", timer=do_bench_median, dtype=tor
                                                                  key=lambda kv: kv[1][0])],
                                  "ms": _round(refined[chosen][0])}
         if measures_other_lengths(case, configs[chosen]):
-            inexact = measure_inexact(case, shape, configs[chosen], device, timer, dtype,
-                                      refine_top, refine_timer, description, log)
             other_shapes, other_configs = inexact_candidates(case, shape, configs[chosen])
+            inexact = measure_inexact(case, other_shapes, other_configs, device, timer, dtype,
+                                      refine_top, refine_timer, description, log)
             done += len(other_configs) * len(other_shapes)
             if inexact is not None:
                 record["inexact"] = inexact
@@ -1040,8 +1044,7 @@ def describe_inexact_plan(cases: dict, table_specs: dict) -> str:
     for name, key, shape, _ in plan(cases):
         record, config = _measured_in_table(cases[name], table_specs, name, key)
         if config is None:
-            lines.append(f"{name:<16} {key:<28} " + (
-                "no record in the table" if record is None else "other lengths not measured"))
+            lines.append(f"{name:<16} {key:<28} {_unmeasured_text(record)}")
             continue
         shapes, configs = inexact_candidates(cases[name], shape, config)
         lines.append(f"{name:<16} {key:<28} "

@@ -135,25 +135,35 @@ def _shared(spec: KernelSpec, config: Config) -> Config:
 
 
 def _serving(spec: KernelSpec, config: Config, n_cols: int, other: tuple | None) -> Config:
-    """config, or for rows of another length than it was chosen at the bucket's inexact
-    config (other: (the bucket's length, that config), from the entry's "inexact" record),
-    else for an exact config (EXACT_KEY) its inexact twin."""
-    if config.constexprs.get(EXACT_KEY):
-        if n_cols != exact_length(config):
-            return other[1] if other else _twin(spec, config)
-    elif other and n_cols != other[0]:
+    """config for rows of the length it serves (other: (that length, the inexact config),
+    from the entry's "inexact" record; without one, the length an exact config compiles in,
+    else every length of the bucket), else _other_lengths_config."""
+    if other:
+        length = other[0]
+    elif config.constexprs.get(EXACT_KEY):
+        length = exact_length(config)
+    else:
+        return config
+    return config if n_cols == length else _other_lengths_config(spec, config, other)
+
+
+def _other_lengths_config(spec: KernelSpec, config: Config, other: tuple | None) -> Config:
+    """What a bucket's other lengths run: its inexact config, else its config, or an exact
+    config's inexact twin (EXACT_KEY: it serves its own length only)."""
+    if other:
         return other[1]
-    return config
+    return _twin(spec, config) if config.constexprs.get(EXACT_KEY) else config
 
 
 def _twin(spec: KernelSpec, config: Config) -> Config:
     return _shared(spec, inexact_twin(config))
 
 
-def _inexact_config(spec: KernelSpec, entry: dict) -> tuple | None:
+def _inexact_config(spec: KernelSpec, entry: dict, chosen: Config) -> tuple | None:
     """(the bucket's row length, the config its other lengths run) of an entry's "inexact"
-    record (None without one). The length is the one its config compiles in, else the
-    entry's shape's; the inexact config must not have a row length compiled in itself."""
+    record (None without one); chosen is the entry's config. The length is the one chosen
+    compiles in, else the entry's shape's; the inexact config must not have a row length
+    compiled in itself."""
     record = entry.get("inexact")
     if record is None:
         return None
@@ -161,7 +171,6 @@ def _inexact_config(spec: KernelSpec, entry: dict) -> tuple | None:
     if config.constexprs.get(EXACT_KEY):
         raise ValueError(f"inexact config {config.tag} of {spec.name} has {EXACT_KEY}: it "
                          f"serves the rows of other lengths than the exact one")
-    chosen = record_config(entry["config"])
     length = (exact_length(chosen) if chosen.constexprs.get(EXACT_KEY)
               else int(entry["shape"][1]))
     return length, config
@@ -181,11 +190,12 @@ def _tuned(spec: KernelSpec, arch: str) -> tuple:
         entries = (table or {}).get("specs", {}).get(spec.name, {})
         with _lock:
             try:
-                found = ({bucket: config_from_record(spec, entry["config"])
-                          for bucket, entry in sorted(entries.items())},
+                tuned = {bucket: config_from_record(spec, entry["config"])
+                         for bucket, entry in sorted(entries.items())}
+                found = (tuned,
                          {bucket: DTYPE_ITEMSIZE[entry.get("dtype", "bf16")]
                           for bucket, entry in entries.items()},
-                         {bucket: _inexact_config(spec, entry)
+                         {bucket: _inexact_config(spec, entry, tuned[bucket])
                           for bucket, entry in entries.items() if "inexact" in entry})
             except (KeyError, TypeError, ValueError) as e:
                 raise ValueError(f"{table_path(arch)}: bad entry for {spec.name}: {e!r}") from None
@@ -212,10 +222,7 @@ def arch_configs(spec: KernelSpec, arch: str) -> tuple:
     tags = {c.tag for c in configs}
     tuned_by_bucket, _, inexact = _tuned(spec, arch)
     for bucket, tuned in tuned_by_bucket.items():
-        other = inexact.get(bucket)  # see select
-        others = other[1] if other else (
-            _twin(spec, tuned) if tuned.constexprs.get(EXACT_KEY) else tuned)
-        for config in (tuned, others):
+        for config in (tuned, _other_lengths_config(spec, tuned, inexact.get(bucket))):
             if config.tag not in tags:
                 tags.add(config.tag)
                 configs.append(config)

@@ -1,15 +1,18 @@
 """The fused add + RMSNorm backward as the op runs it against the same config as
-`liger-aot tune` times it, at 65536x1024, 16384x1024 and 32768x2048 (session 6).
+`liger-aot tune` times it (session 6: 65536x1024, 16384x1024 and 32768x2048, the default;
+session 33: the 8K bucket's other lengths, 13107x5120,10922x6144,9362x7168).
 
   LIGER_AOT_ARTIFACT_DIR=<sm90 build> LIGER_AOT_STRICT=1 python benchmarks/experiment_op_vs_tuner.py
+      [--shapes RxN,...]
 
-Per shape: the op's backward (torch.autograd.grad of both outputs, do_bench median), a
-profile of five of them (the kernel's own time), then the tuner's measurement
-(build_tools/tune.py measure) of the config the tuned table picks for the bucket and of the
-rule's one row a step on 4 programs an SM. Before kernel_src.jit_function the tuner's
-kernels had the flags equal to 1 (has_dres, atomic_dw) compiled in as constants, and the two
-disagreed at 1K columns (docs/perf-notes.md, session 6).
+Per shape: the op's backward (torch.autograd.grad of both outputs, do_bench median), a profile of five of them (each kernel's own
+time), then the tuner's measurement (build_tools/tune.py measure, do_bench and graph
+replays) of the config the tuned table serves at that length and of the rule's one row a
+step on 4 programs an SM. Before kernel_src.jit_function the tuner's kernels had the flags
+equal to 1 (has_dres, atomic_dw) compiled in as constants, and the two disagreed at 1K
+columns (docs/perf-notes.md, session 6).
 """
+import argparse
 import os
 import sys
 
@@ -26,10 +29,14 @@ from liger_aot.kernel_src.spec import Config  # noqa: E402
 from liger_aot.ops.rms_norm import fused_add_rms_norm  # noqa: E402
 
 
-def main():
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--shapes", default="65536x1024,16384x1024,32768x2048",
+                   help="comma-separated ROWSxCOLS (default: session 6's three)")
+    shapes = [tuple(map(int, s.split("x"))) for s in p.parse_args(argv).shapes.split(",")]
     torch.manual_seed(0)
     dev = "cuda"
-    for M, N in ((65536, 1024), (16384, 1024), (32768, 2048)):
+    for M, N in shapes:
         x = torch.randn(M, N, device=dev, dtype=torch.bfloat16, requires_grad=True)
         r = torch.randn(M, N, device=dev, dtype=torch.bfloat16, requires_grad=True)
         w = (torch.randn(N, device=dev, dtype=torch.bfloat16) * 0.1 + 1).requires_grad_()
@@ -51,10 +58,11 @@ def main():
         table_config = tuning.select(spec.BWD, "sm90", (N, True), 2)
         rule_config = Config({"BLOCK_M": 1, "BLOCK_N": N, "LOOP": False, "PROGRAMS_PER_SM": 4,
                               "STAGES": 3}, num_warps=4)
-        results = tune.measure(case, (M, N, True), [table_config, rule_config], dev,
-                               tune.do_bench_median, torch.bfloat16)
-        for config, t, why in results:
-            print("  tuner", config.tag, t, why, flush=True)
+        for name, timer in (("do_bench", tune.do_bench_median), ("graphs", tune.graph_median)):
+            results = tune.measure(case, (M, N, True), [table_config, rule_config], dev,
+                                   timer, torch.bfloat16)
+            for config, t, why in results:
+                print(f"  tuner ({name})", config.tag, t, why, flush=True)
 
 
 if __name__ == "__main__":

@@ -751,6 +751,16 @@ def _choose(case, shapes, configs, device, timer, dtype, refine_top, refine_time
 # chose LayerNorm's 16K record at 12288, where it read 92% of copy, and 86% at 10240 (H100,
 # session 32): a block of 4096 divides the one and not the other.
 OTHER_EIGHTHS = (6, 5, 7)
+# A probe length runs a config of its own where the fastest there is more than this faster
+# than the bucket's inexact choice at each of its row counts (and again in the refine timer's
+# replays): one config for 5/8 to 7/8 of the 8K bucket left the fused add's backward at 5120
+# columns 6% behind the best there (H100, session 33).
+LENGTH_MARGIN = 0.03
+# The bucket's inexact choice replaces the reference only where no probe without a config
+# of its own reads it more than this slower: a choice on the mean may lose a few percent at
+# one probe (the fused add's 8K backward: 5% at 7168 columns in the tuner, 15% in the suite;
+# H100, sessions 32-33).
+PROBE_SLACK = 0.01
 
 
 def inexact_shapes(case: Case, shape: tuple) -> list:
@@ -770,14 +780,23 @@ def measures_other_lengths(case: Case, config: Config) -> bool:
     return case.other_lengths or bool(config.constexprs.get(EXACT_KEY))
 
 
-def inexact_candidates(case: Case, shape: tuple, chosen: Config) -> tuple:
-    """(inexact_shapes, configs) of measure_inexact: what those lengths run without a record
-    first (the chosen config's twin: itself unless its row length is compiled in), then the
-    bucket's other candidates (at 3/4 of its length: candidates_of leaves out the exact
-    ones)."""
+def inexact_candidates(case: Case, shape: tuple, chosen: Config,
+                       current: Config | None = None) -> tuple:
+    """(inexact_shapes, configs) of measure_inexact: the reference first, what those lengths
+    run now (current: the table's inexact config, else the chosen config's twin: itself
+    unless its row length is compiled in), then the twin and the bucket's other candidates
+    (at 3/4 of its length: candidates_of leaves out the exact ones)."""
     shapes = inexact_shapes(case, shape)
     twin = inexact_twin(chosen)
-    return shapes, [twin] + [c for c in candidates_of(case, shapes[0]) if c.tag != twin.tag]
+    first = [twin] if current is None or current.tag == twin.tag else [current, twin]
+    tags = {c.tag for c in first}
+    return shapes, first + [c for c in candidates_of(case, shapes[0]) if c.tag not in tags]
+
+
+def _table_inexact(record: dict | None) -> Config | None:
+    """The config a table entry's "inexact" record runs at the bucket's other lengths."""
+    inexact = (record or {}).get("inexact")
+    return tuning.record_config(inexact["config"]) if inexact else None
 
 
 def _unmeasured_text(record: dict | None) -> str:
@@ -785,8 +804,11 @@ def _unmeasured_text(record: dict | None) -> str:
     return "no record in the table" if record is None else "its other lengths are not measured"
 
 
-def _twin_text(config: Config) -> str:
-    """What a bucket's other lengths run without an "inexact" record, in words."""
+def _twin_text(config: Config, current: Config | None = None) -> str:
+    """What a bucket's other lengths run now, in words: the table's inexact config (current),
+    else what they run without an "inexact" record."""
+    if current is not None:
+        return f"the table's inexact {current.tag}"
     return (f"the twin of {config.tag}" if config.constexprs.get(EXACT_KEY)
             else f"the table's {config.tag}")
 
@@ -803,36 +825,86 @@ def _measured_in_table(case: Case, table_specs: dict, name: str, key: str) -> tu
 def measure_inexact(case: Case, shapes: list, configs: list, device, timer, dtype, refine_top,
                     refine_timer, description: str, log=print) -> dict | None:
     """The record of what the other lengths of a bucket run (the table entry's "inexact", see
-    kernel_src/tuning.py), from inexact_candidates' shapes and configs: the chosen config's
-    twin (the config itself unless its row length is compiled in) and the bucket's other
-    candidates timed at those shapes, the twin kept unless another is more than KEEP_WITHIN
-    faster by score over them (as the heuristic is for the bucket); the record holds the
-    first shape's times and the others' in "also". None where the twin fails: the bucket's
-    other lengths then run the twin as before. Added after an H100 read LayerNorm at 1536
-    columns 9.8% slower on the 2K bucket's exact config's twin than on the table it replaced
-    (session 31); for every norm bucket after the 16K backwards read 12288 columns at 75-79%
-    of copy and 24576 at 88-92 (session 32)."""
-    twin = configs[0]
+    kernel_src/tuning.py), from inexact_candidates' shapes and configs: the reference (what
+    they run now: the table's inexact config, else the chosen config's twin) and the
+    bucket's other candidates timed at those shapes. The reference is kept unless another is
+    more than KEEP_WITHIN faster by score over them (as the heuristic is for the bucket) and
+    no more than PROBE_SLACK slower at any of them that does not get a config of its own;
+    the record holds the first shape's times and the others' in "also", and in "lengths"
+    the probe lengths that run a config of their own (_own_lengths). None where the reference fails: the bucket's other lengths then run
+    the twin. Added after an H100 read LayerNorm at 1536 columns 9.8% slower on the 2K
+    bucket's exact config's twin than on the table it replaced (session 31); for every norm
+    bucket after the 16K backwards read 12288 columns at 75-79% of copy and 24576 at 88-92
+    (session 32)."""
+    reference = configs[0]
     c = _choose(case, shapes, configs, device, timer, dtype, refine_top, refine_timer)
     text = shapes_text(shapes)
     if c.failed:
-        log(f"    other lengths ({text}): the twin {twin.tag} failed ({c.failed}): none kept")
+        log(f"    other lengths ({text}): the reference {reference.tag} failed ({c.failed}): "
+            f"none kept")
         return None
-    record = {"config": tuning.config_record(configs[c.chosen]), "shape": list(shapes[0][:2]),
-              "ms": _round(c.times[c.chosen][0]), "twin_ms": _round(c.times[0][0]),
+    timed = c.refined or {j: c.times[j] for j in c.score}
+    refine_timer = refine_timer if c.refined is not None else None
+    chosen = c.chosen
+    own = _own_lengths(case, shapes, configs, c, chosen, device, dtype, refine_timer)
+    slower = [k for k, s in enumerate(shapes) if chosen and str(s[1]) not in own
+              and timed[chosen][k] > timed[0][k] * (1 + PROBE_SLACK)]
+    if slower:
+        worst = max(slower, key=lambda k: timed[chosen][k] / timed[0][k])
+        log(f"    other lengths: {configs[chosen].tag} kept out, "
+            f"{timed[chosen][worst] / timed[0][worst] - 1:+.1%} at {shapes_text([shapes[worst]])}")
+        chosen = 0
+        own = _own_lengths(case, shapes, configs, c, chosen, device, dtype, refine_timer)
+    record = {"config": tuning.config_record(configs[chosen]), "shape": list(shapes[0][:2]),
+              "ms": _round(c.times[chosen][0]), "twin_ms": _round(c.times[0][0]),
               "candidates": len(c.score), "device": description,
-              "score": _round(c.score[c.chosen]), "twin_score": _round(c.score[0]),
-              "also": [{"shape": list(s[:2]), "ms": _round(c.times[c.chosen][k]),
+              "score": _round(c.score[chosen]), "twin_score": _round(c.score[0]),
+              "also": [{"shape": list(s[:2]), "ms": _round(c.times[chosen][k]),
                         "twin_ms": _round(c.times[0][k])}
                        for k, s in enumerate(shapes) if k]}
-    if c.refined is not None:
+    if refine_timer is not None:
         record["refined"] = {"timer": getattr(refine_timer, "__name__", "refine"),
-                             "ms": _round(c.refined[c.chosen][0]),
+                             "ms": _round(c.refined[chosen][0]),
                              "twin_ms": _round(c.refined[0][0])}
-    timed = c.refined or {j: c.times[j] for j in c.score}
-    log(f"    other lengths ({text}): twin {timed[0][0]:.4f} ms, chosen "
-        f"{timed[c.chosen][0]:.4f} ms " + ("(the twin)" if c.keep else configs[c.chosen].tag))
+    log(f"    other lengths ({text}): reference {timed[0][0]:.4f} ms, chosen "
+        f"{timed[chosen][0]:.4f} ms " + ("(the reference)" if not chosen
+                                         else configs[chosen].tag))
+    for length, entry in own.items():
+        log(f"    {length} columns: {entry['ms']:.4f} ms against {entry['inexact_ms']:.4f}, "
+            f"its own {tuning.record_config(entry['config']).tag}")
+    if own:
+        record["lengths"] = own
     return record
+
+
+def _own_lengths(case: Case, shapes: list, configs: list, c: Choice, chosen: int, device,
+                 dtype, refine_timer=None) -> dict:
+    """{length: record} of the probe lengths whose fastest config by c.times is more than
+    LENGTH_MARGIN faster than configs[chosen] at each of the length's row counts, and again
+    by refine_timer there where one is given (the record keeps the first row count's times:
+    "ms", "inexact_ms", and "refined")."""
+    own = {}
+
+    def ahead(ms, ref):
+        return all(t is not None and r is not None and t < r * (1 - LENGTH_MARGIN)
+                   for t, r in zip(ms, ref))
+
+    for length in sorted({s[1] for s in shapes}):
+        ks = [k for k, s in enumerate(shapes) if s[1] == length]
+        best = min(c.score, key=lambda j: sum(c.times[j][k] / c.times[chosen][k] for k in ks))
+        if best == chosen or not ahead([c.times[best][k] for k in ks],
+                                       [c.times[chosen][k] for k in ks]):
+            continue
+        entry = {"config": tuning.config_record(configs[best]),
+                 "ms": _round(c.times[best][ks[0]]), "inexact_ms": _round(c.times[chosen][ks[0]])}
+        if refine_timer is not None:
+            again = [measure(case, shapes[k], [configs[chosen], configs[best]], device,
+                             refine_timer, dtype) for k in ks]
+            if not ahead([r[1][1] for r in again], [r[0][1] for r in again]):
+                continue
+            entry["refined"] = {"ms": _round(again[0][1][1]), "inexact_ms": _round(again[0][0][1])}
+        own[str(length)] = entry
+    return own
 
 
 def _tune_inexact_only(cases, table_specs, device, timer, dtype, log, refine_top, refine_timer,
@@ -846,13 +918,16 @@ def _tune_inexact_only(cases, table_specs, device, timer, dtype, log, refine_top
         if config is None:
             log(f"{name} {key}: {_unmeasured_text(record)}, nothing to measure")
             continue
-        log(f"{name} {key}: the table's {config.tag}")
-        inexact = measure_inexact(cases[name], *inexact_candidates(cases[name], shape, config),
+        current = _table_inexact(record)
+        log(f"{name} {key}: the table's {config.tag}"
+            + (f", its other lengths' {current.tag}" if current is not None else ""))
+        inexact = measure_inexact(cases[name],
+                                  *inexact_candidates(cases[name], shape, config, current),
                                   device, timer, dtype, refine_top, refine_timer, description,
                                   log)
         kept = {k: v for k, v in record.items() if k != "inexact"}
         if inexact is None:
-            problems.append(f"{name} {key}: {_twin_text(config)} failed at other lengths")
+            problems.append(f"{name} {key}: {_twin_text(config, current)} failed at other lengths")
         else:
             kept["inexact"] = inexact
         specs.setdefault(name, {})[key] = kept
@@ -1046,10 +1121,11 @@ def describe_inexact_plan(cases: dict, table_specs: dict) -> str:
         if config is None:
             lines.append(f"{name:<16} {key:<28} {_unmeasured_text(record)}")
             continue
-        shapes, configs = inexact_candidates(cases[name], shape, config)
+        current = _table_inexact(record)
+        shapes, configs = inexact_candidates(cases[name], shape, config, current)
         lines.append(f"{name:<16} {key:<28} "
                      f"{shapes_text(shapes):>22}  "
-                     f"{len(configs):>2} configs ({_twin_text(config)} first)")
+                     f"{len(configs):>2} configs ({_twin_text(config, current)} first)")
     return "\n".join(lines)
 
 

@@ -17,7 +17,11 @@ config measured best at other lengths of the bucket (3/4 of its own, the shape; 
 too in "also", where tuned after session 32), which the bucket's other lengths run.
 Without one they run the entry's config too, except that a config with the row length
 compiled in (spec.EXACT_KEY) serves that length only: there they run its inexact twin
-(twin_ms: the time of what they would run without the record).
+(twin_ms: the time of the reference the record was chosen against: what they ran before,
+the table's earlier inexact config or the twin). The record may also hold "lengths":
+{"5120": {"config": ..., "ms": ..., "inexact_ms": ...}}, a probe length whose fastest config
+beat the record's own by more than tune.LENGTH_MARGIN: that length runs its own config (the
+probes are 5/8, 3/4 and 7/8 of the bucket, where models' hidden sizes sit: 5120, 6144, 7168).
 
 A bucket is the spec rule's arguments by name with the first (the row length) rounded up to
 a power of two (`bucket_key`). A spec, bucket or arch without an entry uses the spec's
@@ -135,11 +139,14 @@ def _shared(spec: KernelSpec, config: Config) -> Config:
 
 
 def _serving(spec: KernelSpec, config: Config, n_cols: int, other: tuple | None) -> Config:
-    """config for rows of the length it serves (other: (that length, the inexact config),
-    from the entry's "inexact" record; without one, the length an exact config compiles in,
-    else every length of the bucket), else _other_lengths_config."""
+    """config for rows of the length it serves (other: (that length, the inexact config,
+    {length: its own config}), from the entry's "inexact" record; without one, the length an
+    exact config compiles in, else every length of the bucket), else a length's own config
+    where the record names one, else _other_lengths_config."""
     if other:
         length = other[0]
+        if n_cols in other[2]:
+            return other[2][n_cols]
     elif config.constexprs.get(EXACT_KEY):
         length = exact_length(config)
     else:
@@ -160,20 +167,27 @@ def _twin(spec: KernelSpec, config: Config) -> Config:
 
 
 def _inexact_config(spec: KernelSpec, entry: dict, chosen: Config) -> tuple | None:
-    """(the bucket's row length, the config its other lengths run) of an entry's "inexact"
-    record (None without one); chosen is the entry's config. The length is the one chosen
-    compiles in, else the entry's shape's; the inexact config must not have a row length
-    compiled in itself."""
+    """(the bucket's row length, the config its other lengths run, {length: that length's own
+    config}) of an entry's "inexact" record (None without one); chosen is the entry's config.
+    The length is the one chosen compiles in, else the entry's shape's. No config of the
+    record may have a row length compiled in, and its own lengths lie in the bucket below
+    the entry's."""
     record = entry.get("inexact")
     if record is None:
         return None
-    config = config_from_record(spec, record["config"])
-    if config.constexprs.get(EXACT_KEY):
-        raise ValueError(f"inexact config {config.tag} of {spec.name} has {EXACT_KEY}: it "
-                         f"serves the rows of other lengths than the exact one")
     length = (exact_length(chosen) if chosen.constexprs.get(EXACT_KEY)
               else int(entry["shape"][1]))
-    return length, config
+    configs = {}
+    for key, own in [(None, record)] + sorted(record.get("lengths", {}).items()):
+        config = config_from_record(spec, own["config"])
+        if config.constexprs.get(EXACT_KEY):
+            raise ValueError(f"inexact config {config.tag} of {spec.name} has {EXACT_KEY}: it "
+                             f"serves the rows of other lengths than the exact one")
+        if key is not None and not (length // 2 < int(key) < length):
+            raise ValueError(f"inexact length {key} of {spec.name}: not a length that the "
+                             f"{length} bucket's other lengths hold")
+        configs[None if key is None else int(key)] = config
+    return length, configs.pop(None), configs
 
 
 # Bytes per element of the dtypes a table entry may be measured in.
@@ -182,7 +196,8 @@ DTYPE_ITEMSIZE = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 def _tuned(spec: KernelSpec, arch: str) -> tuple:
     """({bucket key: Config}, {bucket key: element size it was measured with}, {bucket key:
-    (the bucket's length, the Config its other lengths run), for entries that name one})."""
+    _inexact_config's (the bucket's length, the Config its other lengths run, {length: own
+    Config}), for entries that name one})."""
     key = (spec.name, arch)
     found = _by_spec.get(key)
     if found is None:
@@ -211,18 +226,27 @@ def tuned_configs(spec: KernelSpec, arch: str) -> dict:
 def inexact_configs(spec: KernelSpec, arch: str) -> dict:
     """{bucket key: Config} the bucket's other lengths run, where the table names one (else
     they run the bucket's config, or an exact one's twin)."""
-    return {bucket: config for bucket, (_, config) in _tuned(spec, arch)[2].items()}
+    return {bucket: config for bucket, (_, config, _) in _tuned(spec, arch)[2].items()}
+
+
+def length_configs(spec: KernelSpec, arch: str) -> dict:
+    """{bucket key: {row length: Config}}: the lengths of a bucket that run their own config
+    (the inexact record's "lengths"), where the table names any."""
+    return {bucket: lengths for bucket, (_, _, lengths) in _tuned(spec, arch)[2].items()
+            if lengths}
 
 
 def arch_configs(spec: KernelSpec, arch: str) -> tuple:
     """What the build compiles for the arch: the heuristic configs, then the tuned ones that
     differ from them (by tag) and what their buckets' other lengths run (inexact configs,
-    else exact ones' twins), in a stable order."""
+    else exact ones' twins, and single lengths' own configs), in a stable order."""
     configs = list(spec.configs)
     tags = {c.tag for c in configs}
     tuned_by_bucket, _, inexact = _tuned(spec, arch)
     for bucket, tuned in tuned_by_bucket.items():
-        for config in (tuned, _other_lengths_config(spec, tuned, inexact.get(bucket))):
+        other = inexact.get(bucket)
+        own = [c for _, c in sorted(other[2].items())] if other else []
+        for config in (tuned, _other_lengths_config(spec, tuned, other), *own):
             if config.tag not in tags:
                 tags.add(config.tag)
                 configs.append(config)
@@ -253,7 +277,8 @@ def select(spec: KernelSpec, arch: str | None, args: tuple, itemsize: int = 0) -
     grow with it (a 3-stage whole row of 16K bf16 columns fits an H200's shared memory, of
     fp32 it does not), so other sizes take the rule. The entry's config serves the row
     length it was chosen at; the bucket's other lengths take its entry's inexact config
-    where it names one, else the same config, or an exact one's twin (a config with the row
+    where it names one (or the record's config of that very length), else the same config,
+    or an exact one's twin (a config with the row
     length compiled in serves that length only: exact_length). The runtime calls it once
     per (device, args, dtype), see Kernel.select_config."""
     if arch is not None:

@@ -198,11 +198,12 @@ def test_exact_length_norm_forwards(monkeypatch, name, bucket, hidden, dtype):
     got = mod._fwd.select_config(0, hidden, dtype=dtype)
     if hidden == bucket:
         assert got is exact
-    else:  # the entry's inexact config, else the twin
+    else:  # the length's own config, else the entry's inexact config, else the twin
         key = tuning.bucket_key(mod._fwd.spec, (bucket,))
+        own = tuning.length_configs(mod._fwd.spec, "sm90").get(key, {}).get(hidden)
         other = tuning.inexact_configs(mod._fwd.spec, "sm90").get(key)
         assert EXACT_KEY not in got.constexprs
-        assert got.tag == (other or inexact_twin(exact)).tag
+        assert got.tag == (own or other or inexact_twin(exact)).tag
     launches = _record_launches(monkeypatch, mod._fwd)
     _norm_forward_matches_float64(mod, hidden, dtype, rows=301)
     assert launches

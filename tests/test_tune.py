@@ -144,6 +144,43 @@ def test_an_exact_configs_bucket_runs_its_inexact_config_at_other_lengths(tables
         tuning.select(rms.FWD, "sm90", (20480, False))
 
 
+def test_a_length_of_the_inexact_record_runs_its_own_config(tables):
+    """An "inexact" record's "lengths" (tune._own_lengths): that very row length runs its own
+    config, the bucket's other lengths the record's, and the build compiles all of them. A
+    length outside the bucket's other lengths, or an own config with a row length compiled
+    in, is refused naming the spec."""
+    path = tables("sm90", {"rms_norm_fwd": {"n_cols=16384,residual=False": NEW_RMS}})
+    table = json.loads(path.read_bytes())
+    entry = table["specs"]["rms_norm_fwd"]["n_cols=16384,residual=False"]
+    looped, own = _wide_pass1(False), Config({"BLOCK_M": 1, "BLOCK_N": 2048, "LOOP": True,
+                                              "STAGES": 1, "PROGRAMS_PER_SM": 0}, num_warps=8)
+    entry["shape"] = [4096, 16384]
+    entry["inexact"] = {"config": tuning.config_record(looped), "shape": [4, 12288],
+                        "lengths": {"10240": {"config": tuning.config_record(own), "ms": 0.9,
+                                              "inexact_ms": 1.0}}}
+    path.write_bytes(tuning.format_table(table))
+    tuning.reset()
+    assert [tuning.select(rms.FWD, "sm90", (n, False)).tag
+            for n in (16384, 10240, 10239, 10256, 12288)] == [
+        NEW_RMS.tag, own.tag, looped.tag, looped.tag, looped.tag]
+    assert tuning.length_configs(rms.FWD, "sm90") == {
+        "n_cols=16384,residual=False": {10240: tuning.select(rms.FWD, "sm90", (10240,))}}
+    assert {NEW_RMS.tag, looped.tag, own.tag} <= {
+        c.tag for c in tuning.arch_configs(rms.FWD, "sm90")}
+    for length in ("8192", "16384"):
+        entry["inexact"]["lengths"] = {length: {"config": tuning.config_record(own)}}
+        path.write_bytes(tuning.format_table(table))
+        tuning.reset()
+        with pytest.raises(ValueError, match=f"bad entry for rms_norm_fwd.*inexact length "
+                                             f"{length}"):
+            tuning.select(rms.FWD, "sm90", (12288, False))
+    entry["inexact"]["lengths"] = {"10240": {"config": tuning.config_record(_wide_pass1(True))}}
+    path.write_bytes(tuning.format_table(table))
+    tuning.reset()
+    with pytest.raises(ValueError, match="bad entry for rms_norm_fwd.*inexact config"):
+        tuning.select(rms.FWD, "sm90", (12288, False))
+
+
 def test_a_buckets_other_lengths_run_its_inexact_config(tables):
     """Any entry's "inexact" record, not only an exact config's: the length the entry was
     measured at (its shape's) runs its config, the bucket's other lengths the inexact one;
@@ -866,16 +903,19 @@ def test_an_exact_choice_is_measured_again_at_other_lengths(tables):
     from liger_aot.kernel_src.layer_norm import spec as ln
     assert tuning.select(ln.FWD, "sm90", (64,)).tag == exact.tag
     assert tuning.select(ln.FWD, "sm90", (40,)).tag == whole.tag
-    # within 2% of the twin: the twin stays; --inexact-only keeps the table's choice
-    fast[whole.tag] = 0.99
+    # --inexact-only keeps the table's choice and measures against the table's inexact
+    # config, not the twin: the twin, within 2% of it, does not replace it
+    fast[twin.tag] = 0.89
     table = json.loads(path.read_bytes())["specs"]
     only, problems = tune.tune("sm90", cases, device="cpu", log=lambda *x: None,
                                timer=lambda run, config: (run(), fast.get(config.tag, 2.0))[1],
                                inexact_of=table)
     kept = only["layer_norm_fwd"]["n_cols=64"]
-    assert problems == [] and tune._tag(kept["inexact"]["config"]) == twin.tag
+    assert problems == [] and tune._tag(kept["inexact"]["config"]) == whole.tag
+    assert kept["inexact"]["twin_ms"] == 0.9 and kept["inexact"]["candidates"] == 3
     assert {k: v for k, v in kept.items() if k != "inexact"} == {
         k: v for k, v in record.items() if k != "inexact"}
+    fast[whole.tag] = 0.99
     # a table without an exact config there: its other lengths measured all the same (the
     # norm cases' other_lengths), the twin being the config itself ...
     table["layer_norm_fwd"]["n_cols=64"]["config"] = tuning.config_record(whole)
@@ -927,6 +967,56 @@ def test_other_lengths_are_chosen_over_three_probes(tables):
                                {"shape": [13, 56], "ms": 0.85, "twin_ms": 1.0}]
     assert inexact["score"] < 1.03 < 1.1 < inexact["twin_score"]
     assert {40, 48, 56, 64} <= set(lengths)
+    # ... but at 48 the twin is 5.9% faster (more than LENGTH_MARGIN): 48 runs the twin
+    assert inexact["lengths"] == {"48": {"config": tuning.config_record(twin), "ms": 0.8,
+                                         "inexact_ms": 0.85}}
+    path = Path(tuning.TUNED_DIR) / "sm90.json"
+    tune.write_table(str(path), "sm90", specs, {})
+    tuning.reset()
+    from liger_aot.kernel_src.layer_norm import spec as ln
+    assert [tuning.select(ln.FWD, "sm90", (n,)).tag for n in (64, 48, 40, 56, 47)] == [
+        exact.tag, twin.tag, whole.tag, whole.tag, whole.tag]
+    assert {twin.tag, whole.tag, exact.tag} <= {c.tag for c in tuning.arch_configs(ln.FWD, "sm90")}
+
+
+def test_a_choice_slower_at_a_probe_without_its_own_config_is_kept_out(tables):
+    """The bucket's other lengths keep the reference where the choice on the mean reads a
+    probe more than PROBE_SLACK slower that gets no config of its own (it is within
+    LENGTH_MARGIN of the best there); a probe more than LENGTH_MARGIN ahead on another config
+    gets that config, whether or not the choice stands."""
+    case = tune.CASES["layer_norm_fwd"]
+    exact, twin = _tiny_looped(True), _tiny_looped(False)
+    whole = Config({"BLOCK_M": 2, "BLOCK_N": 64, "LOOP": False, "PROGRAMS_PER_SM": 0,
+                    "STAGES": 1}, num_warps=2)
+    lengths = []
+
+    def launch(fn, t, config):
+        lengths.append(t["x"].shape[1])
+        case.launch(fn, t, config)
+
+    # whole: 20% ahead at 40, 2% behind the twin at 56 (no own config there: within 3%)
+    ms = {(twin.tag, 48): 1.0, (twin.tag, 40): 1.0, (twin.tag, 56): 1.0,
+          (whole.tag, 48): 1.0, (whole.tag, 40): 0.8, (whole.tag, 56): 1.02}
+
+    def timer(run, config):
+        run()
+        return ms.get((config.tag, lengths[-1]), 0.5 if config is exact else 2.0)
+
+    cases = {"layer_norm_fwd": dataclasses.replace(
+        case, shapes=((12, 64),), also_rows=None, launch=launch,
+        candidates=lambda bucket, flag=False: [exact, twin, whole])}
+    logged = []
+    specs, problems = tune.tune("sm90", cases, device="cpu", timer=timer, log=logged.append)
+    inexact = specs["layer_norm_fwd"]["n_cols=64"]["inexact"]
+    assert problems == [] and tune._tag(inexact["config"]) == twin.tag
+    assert inexact["lengths"] == {"40": {"config": tuning.config_record(whole), "ms": 0.8,
+                                         "inexact_ms": 1.0}}
+    assert any("kept out, +2.0% at 13x56" in line for line in logged), logged
+    # 1% behind at 56 is within PROBE_SLACK: the choice on the mean stands, no own lengths
+    ms[(whole.tag, 56)] = 1.01
+    specs, problems = tune.tune("sm90", cases, device="cpu", timer=timer, log=lambda *x: None)
+    inexact = specs["layer_norm_fwd"]["n_cols=64"]["inexact"]
+    assert tune._tag(inexact["config"]) == whole.tag and "lengths" not in inexact
 
 
 WIDER = {  # every candidate of the buckets the GPU run measures, whole-row and looped

@@ -932,10 +932,11 @@ def test_an_exact_choice_is_measured_again_at_other_lengths(tables):
                      timer=lambda run, config: 1 / 0) == ({}, [])
 
 
-def test_other_lengths_are_chosen_over_three_probes(tables):
-    """A config fastest at 3/4 of the bucket alone loses to one a little slower there and
-    fastest at 5/8 and 7/8: the other lengths' choice is made on the mean relative time over
-    the three probes, as a bucket's own shapes are scored; the record keeps each probe."""
+def _probe_cases(ms: dict) -> tuple:
+    """(cases, timer, lengths timed, (exact, twin, whole)): LayerNorm's forward on one 64-column bucket whose
+    candidates are an exact-length looped config (0.5 ms everywhere), its twin and a whole
+    row, timed by a fake timer from ms {(tag, row length): ms} (2.0 where it has none), in
+    the interpreter; the three probes are 40, 48 and 56 columns."""
     case = tune.CASES["layer_norm_fwd"]
     exact, twin = _tiny_looped(True), _tiny_looped(False)
     whole = Config({"BLOCK_M": 2, "BLOCK_N": 64, "LOOP": False, "PROGRAMS_PER_SM": 0,
@@ -946,9 +947,6 @@ def test_other_lengths_are_chosen_over_three_probes(tables):
         lengths.append(t["x"].shape[1])
         case.launch(fn, t, config)
 
-    ms = {(twin.tag, 48): 0.8, (twin.tag, 40): 1.0, (twin.tag, 56): 1.0,
-          (whole.tag, 48): 0.85, (whole.tag, 40): 0.85, (whole.tag, 56): 0.85}
-
     def timer(run, config):
         run()
         return ms.get((config.tag, lengths[-1]), 0.5 if config is exact else 2.0)
@@ -956,6 +954,17 @@ def test_other_lengths_are_chosen_over_three_probes(tables):
     cases = {"layer_norm_fwd": dataclasses.replace(
         case, shapes=((12, 64),), also_rows=None, launch=launch,
         candidates=lambda bucket, flag=False: [exact, twin, whole])}
+    return cases, timer, lengths, (exact, twin, whole)
+
+
+def test_other_lengths_are_chosen_over_three_probes(tables):
+    """A config fastest at 3/4 of the bucket alone loses to one a little slower there and
+    fastest at 5/8 and 7/8: the other lengths' choice is made on the mean relative time over
+    the three probes, as a bucket's own shapes are scored; the record keeps each probe."""
+    ms = {}
+    cases, timer, lengths, (exact, twin, whole) = _probe_cases(ms)
+    ms.update({(twin.tag, 48): 0.8, (twin.tag, 40): 1.0, (twin.tag, 56): 1.0,
+               (whole.tag, 48): 0.85, (whole.tag, 40): 0.85, (whole.tag, 56): 0.85})
     specs, problems = tune.tune("sm90", cases, device="cpu", timer=timer, log=lambda *x: None)
     record = specs["layer_norm_fwd"]["n_cols=64"]
     assert problems == [] and tune._tag(record["config"]) == exact.tag
@@ -984,27 +993,11 @@ def test_a_choice_slower_at_a_probe_without_its_own_config_is_kept_out(tables):
     probe more than PROBE_SLACK slower that gets no config of its own (it is within
     LENGTH_MARGIN of the best there); a probe more than LENGTH_MARGIN ahead on another config
     gets that config, whether or not the choice stands."""
-    case = tune.CASES["layer_norm_fwd"]
-    exact, twin = _tiny_looped(True), _tiny_looped(False)
-    whole = Config({"BLOCK_M": 2, "BLOCK_N": 64, "LOOP": False, "PROGRAMS_PER_SM": 0,
-                    "STAGES": 1}, num_warps=2)
-    lengths = []
-
-    def launch(fn, t, config):
-        lengths.append(t["x"].shape[1])
-        case.launch(fn, t, config)
-
+    ms = {}
+    cases, timer, _, (exact, twin, whole) = _probe_cases(ms)
     # whole: 20% ahead at 40, 2% behind the twin at 56 (no own config there: within 3%)
-    ms = {(twin.tag, 48): 1.0, (twin.tag, 40): 1.0, (twin.tag, 56): 1.0,
-          (whole.tag, 48): 1.0, (whole.tag, 40): 0.8, (whole.tag, 56): 1.02}
-
-    def timer(run, config):
-        run()
-        return ms.get((config.tag, lengths[-1]), 0.5 if config is exact else 2.0)
-
-    cases = {"layer_norm_fwd": dataclasses.replace(
-        case, shapes=((12, 64),), also_rows=None, launch=launch,
-        candidates=lambda bucket, flag=False: [exact, twin, whole])}
+    ms.update({(twin.tag, 48): 1.0, (twin.tag, 40): 1.0, (twin.tag, 56): 1.0,
+               (whole.tag, 48): 1.0, (whole.tag, 40): 0.8, (whole.tag, 56): 1.02})
     logged = []
     specs, problems = tune.tune("sm90", cases, device="cpu", timer=timer, log=logged.append)
     inexact = specs["layer_norm_fwd"]["n_cols=64"]["inexact"]

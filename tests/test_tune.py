@@ -933,10 +933,10 @@ def test_an_exact_choice_is_measured_again_at_other_lengths(tables):
 
 
 def _probe_cases(ms: dict) -> tuple:
-    """(cases, timer, lengths timed, (exact, twin, whole)): LayerNorm's forward on one 64-column bucket whose
-    candidates are an exact-length looped config (0.5 ms everywhere), its twin and a whole
-    row, timed by a fake timer from ms {(tag, row length): ms} (2.0 where it has none), in
-    the interpreter; the three probes are 40, 48 and 56 columns."""
+    """(cases, timer, the row lengths launched, (exact, twin, whole)): LayerNorm's forward
+    on one 64-column bucket whose candidates are an exact-length looped config (0.5 ms
+    everywhere), its twin and a whole row, timed by a fake timer from ms {(tag, row length):
+    ms} (2.0 where it has none), in the interpreter; the probes are 40, 48 and 56 columns."""
     case = tune.CASES["layer_norm_fwd"]
     exact, twin = _tiny_looped(True), _tiny_looped(False)
     whole = Config({"BLOCK_M": 2, "BLOCK_N": 64, "LOOP": False, "PROGRAMS_PER_SM": 0,

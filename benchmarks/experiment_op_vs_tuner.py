@@ -5,18 +5,20 @@ session 33: the 8K bucket's other lengths, 13107x5120,10922x6144,9362x7168).
   LIGER_AOT_ARTIFACT_DIR=<sm90 build> LIGER_AOT_STRICT=1 python benchmarks/experiment_op_vs_tuner.py
       [--shapes RxN,...]
 
-Per shape: the op's backward (torch.autograd.grad of both outputs, do_bench median), a profile of five of them (each kernel's own
-time), then the tuner's measurement (build_tools/tune.py measure, do_bench and graph
-replays) of the config the tuned table serves at that length and of the rule's one row a
-step on 4 programs an SM. Before kernel_src.jit_function the tuner's kernels had the flags
-equal to 1 (has_dres, atomic_dw) compiled in as constants, and the two disagreed at 1K
-columns (docs/perf-notes.md, session 6).
+Per shape: the op's backward (torch.autograd.grad of both outputs, do_bench median), a
+profile of five of them (each kernel's own time), then the tuner's measurement
+(build_tools/tune.py measure, do_bench and graph replays) of the config the tuned table
+serves at that length and of the rule's one whole row a step on 4 programs an SM. Before
+kernel_src.jit_function the tuner's kernels had the flags equal to 1 (has_dres, atomic_dw)
+compiled in as constants, and the two disagreed at 1K columns (docs/perf-notes.md,
+session 6).
 """
 import argparse
 import os
 import sys
 
 import torch
+import triton
 from torch.profiler import ProfilerActivity, profile
 from triton.testing import do_bench
 
@@ -56,8 +58,8 @@ def main(argv=None):
         print(p.key_averages().table(sort_by="cuda_time_total", row_limit=8))
         case = tune.CASES["rms_norm_bwd"]
         table_config = tuning.select(spec.BWD, "sm90", (N, True), 2)
-        rule_config = Config({"BLOCK_M": 1, "BLOCK_N": N, "LOOP": False, "PROGRAMS_PER_SM": 4,
-                              "STAGES": 3}, num_warps=4)
+        rule_config = Config({"BLOCK_M": 1, "BLOCK_N": triton.next_power_of_2(N), "CHUNK_ROWS": 0, "LOOP": False,
+                              "PROGRAMS_PER_SM": 4, "STAGES": 3}, num_warps=4)
         for name, timer in (("do_bench", tune.do_bench_median), ("graphs", tune.graph_median)):
             results = tune.measure(case, (M, N, True), [table_config, rule_config], dev,
                                    timer, torch.bfloat16)

@@ -831,11 +831,11 @@ def measure_inexact(case: Case, shapes: list, configs: list, device, timer, dtyp
     more than KEEP_WITHIN faster by score over them (as the heuristic is for the bucket) and
     no more than PROBE_SLACK slower at any of them that does not get a config of its own;
     the record holds the first shape's times and the others' in "also", and in "lengths"
-    the probe lengths that run a config of their own (_own_lengths). None where the reference fails: the bucket's other lengths then run
-    the twin. Added after an H100 read LayerNorm at 1536 columns 9.8% slower on the 2K
-    bucket's exact config's twin than on the table it replaced (session 31); for every norm
-    bucket after the 16K backwards read 12288 columns at 75-79% of copy and 24576 at 88-92
-    (session 32)."""
+    the probe lengths that run a config of their own (_own_lengths). None where the
+    reference fails: the bucket's other lengths then run the twin. Added after an H100 read
+    LayerNorm at 1536 columns 9.8% slower on the 2K bucket's exact config's twin than on
+    the table it replaced (session 31); for every norm bucket after the 16K backwards read
+    12288 columns at 75-79% of copy and 24576 at 88-92 (session 32)."""
     reference = configs[0]
     c = _choose(case, shapes, configs, device, timer, dtype, refine_top, refine_timer)
     text = shapes_text(shapes)
@@ -896,13 +896,15 @@ def _own_lengths(case: Case, shapes: list, configs: list, c: Choice, chosen: int
                                        [c.times[chosen][k] for k in ks]):
             continue
         entry = {"config": tuning.config_record(configs[best]),
-                 "ms": _round(c.times[best][ks[0]]), "inexact_ms": _round(c.times[chosen][ks[0]])}
+                 "ms": _round(c.times[best][ks[0]]),
+                 "inexact_ms": _round(c.times[chosen][ks[0]])}
         if refine_timer is not None:
             again = [measure(case, shapes[k], [configs[chosen], configs[best]], device,
                              refine_timer, dtype) for k in ks]
             if not ahead([r[1][1] for r in again], [r[0][1] for r in again]):
                 continue
-            entry["refined"] = {"ms": _round(again[0][1][1]), "inexact_ms": _round(again[0][0][1])}
+            entry["refined"] = {"ms": _round(again[0][1][1]),
+                                "inexact_ms": _round(again[0][0][1])}
         own[str(length)] = entry
     return own
 

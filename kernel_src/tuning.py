@@ -278,9 +278,9 @@ def select(spec: KernelSpec, arch: str | None, args: tuple, itemsize: int = 0) -
     fp32 it does not), so other sizes take the rule. The entry's config serves the row
     length it was chosen at; the bucket's other lengths take its entry's inexact config
     where it names one (or the record's config of that very length), else the same config,
-    or an exact one's twin (a config with the row
-    length compiled in serves that length only: exact_length). The runtime calls it once
-    per (device, args, dtype), see Kernel.select_config."""
+    or an exact one's twin (a config with the row length compiled in serves that length
+    only: exact_length). The runtime calls it once per (device, args, dtype), see
+    Kernel.select_config."""
     if arch is not None:
         tuned, sizes, inexact = _tuned(spec, arch)
         if tuned:

@@ -245,9 +245,10 @@ forward with its row length compiled in, EXACT_N, which serves that length only)
 bucket's other candidates compete by the same 2% rule and score for the bucket's other
 lengths; a probe length whose fastest config is more than 3% faster than the winner gets
 that config for itself alone (the record's "lengths"), and a winner more than 1% slower
-than what those lengths ran before at a probe without its own config is kept out. Entries of other specs in an existing table are kept. On an H200 a spec took 5 s
-(softmax) to 150 s (rms_norm_bwd), every spec about 6 minutes, before the norms' other
-lengths were timed too (about four times the runs). Commit the table, then rebuild the
+than what those lengths ran before at a probe without its own config is kept out. Entries
+of other specs in an existing table are kept. On an H200 a spec took 5 s (softmax) to 150 s
+(rms_norm_bwd), every spec about 6 minutes, before the norms' other lengths were timed too
+(about four times the runs). Commit the table, then rebuild the
 arch.
 
   liger-aot tune --arch sm90                       # every spec

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# One device call that re-measures the norm buckets' other lengths and says what it changes
+# (docs/perf-notes.md, sessions 32-33), each step cut short so the whole run ends within a
+# budget:
+#   1. liger-aot tune --arch sm90 --specs SPECS --inexact-only --graphs-top 4 --cols COLS:
+#      the buckets' other lengths (and lengths of their own) from the table as it is; it
+#      writes bucket by bucket, so a cut keeps what it measured (at most 60% of the budget);
+#   2. compare_tables.py: the table before step 1 against the one after, at the row lengths
+#      NS (both built, checked against fp32, then timed from CUDA graphs);
+#   3. pytest -m gpu on step 2's build of the new table.
+# Results go to $OUT/norm_retune.tgz (the device returns few files): the new table
+# (sm90.json: copy it to kernel_src/tuned/ to keep it), the logs, compare_tables.csv.
+#
+# usage: bash benchmarks/norm_retune_run.sh [SECONDS [COLS [NS [SPECS]]]]
+#   SECONDS  the whole run's budget (default 560)
+#   COLS     the buckets' row lengths, comma-separated (default 4096,8192)
+#   NS       the row lengths compared (default 2560,3072,3584,5120,6144,7168)
+#   SPECS    the specs tuned (default rms_norm_fwd,rms_norm_bwd,layer_norm_fwd,layer_norm_bwd)
+set -uo pipefail
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then sed -n 2,19p "$0"; exit 0; fi
+budget=${1:-560}
+cols=${2:-4096,8192}
+ns=${3:-2560,3072,3584,5120,6144,7168}
+specs=${4:-rms_norm_fwd,rms_norm_bwd,layer_norm_fwd,layer_norm_bwd}
+[[ $budget =~ ^[0-9]+$ ]] || { echo "SECONDS must be a whole number, not '$budget'" >&2; exit 2; }
+for v in "$cols" "$ns"; do
+    [[ $v =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "COLS and NS are row lengths like 4096,8192, not '$v'" >&2; exit 2; }
+done
+[[ $specs =~ ^[a-z_]+(,[a-z_]+)*$ ]] || { echo "SPECS are spec names like rms_norm_fwd, not '$specs'" >&2; exit 2; }
+[ -n "${OUT:-}" ] || { echo "OUT is not set: the folder the results go to" >&2; exit 2; }
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+table=kernel_src/tuned/sm90.json
+work=$(mktemp -d)  # the logs, removed once archived
+res=$work/norm_retune
+mkdir -p "$res"
+trap 'cp "$table" "$res/sm90.json"; tar czf "$OUT/norm_retune.tgz" -C "$work" norm_retune; rm -rf "$work"' EXIT
+cp "$table" "$res/sm90-before.json"
+nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv | tee "$res/gpu.txt"
+start=$(date +%s)
+left() { local l=$((budget - ($(date +%s) - start))); [ "$l" -gt "$1" ] && l=$1; echo "$l"; }
+step() {  # step NAME CAP COMMAND...: runs COMMAND under the time it may take, logged
+    local name=$1 cap; cap=$(left "$2"); shift 2
+    if [ "$cap" -lt 20 ]; then echo "== $name: skipped, the budget is spent"; return; fi
+    echo "== $name ($(date +%T), ${cap} s at most)"
+    timeout "$cap" "$@" 2>&1 | tee "$res/$name.log"
+}
+step tune $((budget * 6 / 10)) python3 -m liger_aot tune --arch sm90 --specs "$specs" \
+    --inexact-only --graphs-top 4 --cols "$cols"
+# what the GPU tests leave: about 100 s on an H100 (session 33)
+step compare_tables $(( $(left 100000) - 110 )) python3 benchmarks/compare_tables.py \
+    --base "$res/sm90-before.json" --ns "$ns" --jobs "$(nproc)" --work "$work/stage" \
+    --out "$res/cmp"
+art=$work/stage/artifacts-new  # compare_tables' build of the new table
+if [ -d "$art" ]; then export LIGER_AOT_ARTIFACT_DIR=$art; fi
+step gpu_tests 600 python3 -m pytest -m gpu -q -x tests
+echo "== done after $(( $(date +%s) - start )) s"

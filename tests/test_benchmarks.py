@@ -567,6 +567,37 @@ def test_norm_fixed_cost_run_without_a_gpu(tmp_path):
     assert all("no CUDA device" in text for text in logs.values()), logs
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU the script tunes the "
+                    "checkout's table in place")
+def test_norm_retune_run_without_a_gpu(tmp_path):
+    """benchmarks/norm_retune_run.sh (the norm re-tune, compare_tables and the GPU tests as
+    one device call): refuses bad arguments and a missing OUT; without a GPU the tune says
+    so in its log, a budget too short for compare_tables skips it, the GPU tests skip, and
+    the table before and after (unchanged) come back in one archive."""
+    import tarfile
+    script = os.path.join(ROOT, "benchmarks", "norm_retune_run.sh")
+    env = {k: v for k, v in os.environ.items() if k != "OUT"}
+    for args, extra, words in ((["abc"], {"OUT": str(tmp_path)}, "must be a whole number"),
+                               (["60", "4096,x"], {"OUT": str(tmp_path)}, "row lengths"),
+                               (["60", "4096", "5120", "rms norm"], {"OUT": str(tmp_path)},
+                                "spec names"),
+                               (["60"], {}, "OUT is not set")):
+        done = subprocess.run(["bash", script, *args], env={**env, **extra},
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and words in done.stderr, done.stderr
+    done = subprocess.run(["bash", script, "60"], env={**env, "OUT": str(tmp_path)},
+                          capture_output=True, text=True, timeout=300)
+    assert "compare_tables: skipped, the budget is spent" in done.stdout, done.stdout
+    with tarfile.open(tmp_path / "norm_retune.tgz") as archive:
+        files = {os.path.basename(m.name): archive.extractfile(m).read()
+                 for m in archive.getmembers() if m.isfile()}
+    assert "torch sees no GPU" in files["tune.log"].decode()
+    assert " skipped" in files["gpu_tests.log"].decode() and "failed" not in files[
+        "gpu_tests.log"].decode()
+    with open(os.path.join(ROOT, "kernel_src", "tuned", "sm90.json"), "rb") as f:
+        assert files["sm90-before.json"] == files["sm90.json"] == f.read()
+
+
 def test_experiment_rope_smoke_and_arguments():
     """benchmarks/experiment_rope.py --smoke: every candidate kernel (the library's looped and
     whole-position kernels, the probes, one in place) through Triton's interpreter matches

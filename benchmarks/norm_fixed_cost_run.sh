@@ -37,15 +37,7 @@ if compgen -G ".whl/*.whl" > /dev/null; then
     export PYTHONPATH="$work/site:$PYTHONPATH"
 fi
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv | tee "$res/gpu.txt"
-start=$(date +%s)
-# seconds a step may take: its own cap, or what is left of the budget
-left() { local l=$((budget - ($(date +%s) - start))); [ "$l" -gt "$1" ] && l=$1; echo "$l"; }
-step() {  # step NAME CAP COMMAND...: runs COMMAND under the time it may take, logged
-    local name=$1 cap; cap=$(left "$2"); shift 2
-    if [ "$cap" -lt 20 ]; then echo "== $name: skipped, the budget is spent"; return; fi
-    echo "== $name ($(date +%T), ${cap} s at most)"
-    timeout "$cap" "$@" 2>&1 | tee "$res/$name.log"
-}
+. benchmarks/_budget_steps.sh  # start, left CAP, step NAME CAP COMMAND...
 step timeline 170 python3 benchmarks/experiment_norm_timeline.py --alternatives \
     --out "$res/timeline"
 step size 160 python3 benchmarks/experiment_norm_size.py --log2-elements 24,25,26,27,28 \

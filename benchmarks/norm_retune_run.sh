@@ -37,14 +37,7 @@ mkdir -p "$res"
 trap 'cp "$table" "$res/sm90.json"; tar czf "$OUT/norm_retune.tgz" -C "$work" norm_retune; rm -rf "$work"' EXIT
 cp "$table" "$res/sm90-before.json"
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv | tee "$res/gpu.txt"
-start=$(date +%s)
-left() { local l=$((budget - ($(date +%s) - start))); [ "$l" -gt "$1" ] && l=$1; echo "$l"; }
-step() {  # step NAME CAP COMMAND...: runs COMMAND under the time it may take, logged
-    local name=$1 cap; cap=$(left "$2"); shift 2
-    if [ "$cap" -lt 20 ]; then echo "== $name: skipped, the budget is spent"; return; fi
-    echo "== $name ($(date +%T), ${cap} s at most)"
-    timeout "$cap" "$@" 2>&1 | tee "$res/$name.log"
-}
+. benchmarks/_budget_steps.sh  # start, left CAP, step NAME CAP COMMAND...
 step tune $((budget * 6 / 10)) python3 -m liger_aot tune --arch sm90 --specs "$specs" \
     --inexact-only --graphs-top 4 --cols "$cols"
 # what the GPU tests leave: about 100 s on an H100 (session 33)

@@ -31,11 +31,7 @@ work=$(mktemp -d)  # the logs and the carried wheels' site, removed once archive
 res=$work/norm_fixed_cost
 mkdir -p "$res"
 trap 'tar czf "$OUT/norm_fixed_cost.tgz" -C "$work" norm_fixed_cost; rm -rf "$work"' EXIT
-if compgen -G ".whl/*.whl" > /dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target "$work/site" .whl/*.whl || exit 1
-    export PYTHONPATH="$work/site:$PYTHONPATH"
-fi
+. benchmarks/_carried_wheels.sh  # Liger-Kernel and the rest, from .whl
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv | tee "$res/gpu.txt"
 . benchmarks/_budget_steps.sh  # start, left CAP, step NAME CAP COMMAND...
 step timeline 170 python3 benchmarks/experiment_norm_timeline.py --alternatives \

@@ -598,6 +598,27 @@ def test_norm_retune_run_without_a_gpu(tmp_path):
         assert files["sm90-before.json"] == files["sm90.json"] == f.read()
 
 
+def test_norm_sweep_run_refusals_and_archive(tmp_path):
+    """benchmarks/norm_sweep_run.sh (build, the norm sweep and the GPU tests as one device
+    call): refuses bad arguments and a missing OUT; a budget too short for any step skips
+    each, saying so, and the archive still comes back."""
+    import tarfile
+    script = os.path.join(ROOT, "benchmarks", "norm_sweep_run.sh")
+    env = {k: v for k, v in os.environ.items() if k != "OUT"}
+    for args, extra, words in ((["abc"], {"OUT": str(tmp_path)}, "must be a whole number"),
+                               (["60", "liger aot"], {"OUT": str(tmp_path)}, "suite paths"),
+                               (["60"], {}, "OUT is not set")):
+        done = subprocess.run(["bash", script, *args], env={**env, **extra},
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and words in done.stderr, done.stderr
+    done = subprocess.run(["bash", script, "5", "liger-aot"], env={**env, "OUT": str(tmp_path)},
+                          capture_output=True, text=True, timeout=120)
+    for name in ("build", "suite", "gpu_tests"):
+        assert f"== {name}: skipped, the budget is spent" in done.stdout, done.stdout
+    with tarfile.open(tmp_path / "norm_sweep.tgz") as archive:
+        assert "norm_sweep/gpu.txt" in archive.getnames()
+
+
 def test_experiment_rope_smoke_and_arguments():
     """benchmarks/experiment_rope.py --smoke: every candidate kernel (the library's looped and
     whole-position kernels, the probes, one in place) through Triton's interpreter matches

@@ -58,8 +58,9 @@ def main(argv=None):
         print(p.key_averages().table(sort_by="cuda_time_total", row_limit=8))
         case = tune.CASES["rms_norm_bwd"]
         table_config = tuning.select(spec.BWD, "sm90", (N, True), 2)
-        rule_config = Config({"BLOCK_M": 1, "BLOCK_N": triton.next_power_of_2(N), "CHUNK_ROWS": 0, "LOOP": False,
-                              "PROGRAMS_PER_SM": 4, "STAGES": 3}, num_warps=4)
+        rule_config = Config({"BLOCK_M": 1, "BLOCK_N": triton.next_power_of_2(N),
+                              "CHUNK_ROWS": 0, "LOOP": False, "PROGRAMS_PER_SM": 4,
+                              "STAGES": 3}, num_warps=4)
         for name, timer in (("do_bench", tune.do_bench_median), ("graphs", tune.graph_median)):
             results = tune.measure(case, (M, N, True), [table_config, rule_config], dev,
                                    timer, torch.bfloat16)

@@ -40,8 +40,7 @@ nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv | tee "$re
 . benchmarks/_budget_steps.sh  # start, left CAP, step NAME CAP COMMAND...
 step tune $((budget * 6 / 10)) python3 -m liger_aot tune --arch sm90 --specs "$specs" \
     --inexact-only --graphs-top 4 --cols "$cols"
-# what the GPU tests leave: about 100 s on an H100 (session 33)
-step compare_tables $(( $(left 100000) - 110 )) python3 benchmarks/compare_tables.py \
+step compare_tables $(( $(left 100000) - GPU_TESTS_S )) python3 benchmarks/compare_tables.py \
     --base "$res/sm90-before.json" --ns "$ns" --jobs "$(nproc)" --work "$work/stage" \
     --out "$res/cmp"
 art=$work/stage/artifacts-new  # compare_tables' build of the new table

@@ -32,8 +32,7 @@ nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv | tee "$re
 art=$work/artifacts
 step build 240 python3 -m liger_aot build --arch sm90 --out "$art" --jobs "$(nproc)"
 export LIGER_AOT_ARTIFACT_DIR=$art
-# what the GPU tests leave: about 100 s on an H100 (session 33)
-LIGER_AOT_STRICT=1 step suite $(( $(left 100000) - 110 )) python3 benchmarks/suite.py \
+LIGER_AOT_STRICT=1 step suite $(( $(left 100000) - GPU_TESTS_S )) python3 benchmarks/suite.py \
     --ops rms_norm,layer_norm,fused_add_rms_norm --paths "$paths" --graphs --out "$res/suite"
 step gpu_tests 600 python3 -m pytest -m gpu -q -x tests
 echo "== done after $(( $(date +%s) - start )) s"

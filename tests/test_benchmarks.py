@@ -544,18 +544,26 @@ def test_experiment_norm_timeline_compiles_for_sm90():
                              ([], "no CUDA device")))
 
 
+def _device_script_refuses(script: str, out, budget: str, cases) -> dict:
+    """A device-call shell script: each (args, words) of `cases` with OUT set to `out`, and
+    `budget` alone without OUT, exits 2 saying `words` ("OUT is not set" for the last).
+    Returns the environment without OUT."""
+    env = {k: v for k, v in os.environ.items() if k != "OUT"}
+    for args, extra, words in [(args, {"OUT": str(out)}, words) for args, words in cases] + [
+            ([budget], {}, "OUT is not set")]:
+        done = subprocess.run(["bash", script, *args], env={**env, **extra},
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and words in done.stderr, done.stderr
+    return env
+
+
 def test_norm_fixed_cost_run_without_a_gpu(tmp_path):
     """benchmarks/norm_fixed_cost_run.sh (one device call of the fixed-cost experiments):
     refuses a bad budget and a missing OUT; without a GPU each step says so in its log, a
     missing base table skips the A/B, and the logs come back in one archive."""
     import tarfile
     script = os.path.join(ROOT, "benchmarks", "norm_fixed_cost_run.sh")
-    env = {k: v for k, v in os.environ.items() if k != "OUT"}
-    for args, extra, words in ((["abc"], {"OUT": str(tmp_path)}, "must be a whole number"),
-                               (["30"], {}, "OUT is not set")):
-        done = subprocess.run(["bash", script, *args], env={**env, **extra},
-                              capture_output=True, text=True, timeout=60)
-        assert done.returncode == 2 and words in done.stderr, done.stderr
+    env = _device_script_refuses(script, tmp_path, "30", ((["abc"], "must be a whole number"),))
     done = subprocess.run(["bash", script, "60", str(tmp_path / "none.json")],
                           env={**env, "OUT": str(tmp_path)}, capture_output=True, text=True,
                           timeout=300)
@@ -576,15 +584,9 @@ def test_norm_retune_run_without_a_gpu(tmp_path):
     the table before and after (unchanged) come back in one archive."""
     import tarfile
     script = os.path.join(ROOT, "benchmarks", "norm_retune_run.sh")
-    env = {k: v for k, v in os.environ.items() if k != "OUT"}
-    for args, extra, words in ((["abc"], {"OUT": str(tmp_path)}, "must be a whole number"),
-                               (["60", "4096,x"], {"OUT": str(tmp_path)}, "row lengths"),
-                               (["60", "4096", "5120", "rms norm"], {"OUT": str(tmp_path)},
-                                "spec names"),
-                               (["60"], {}, "OUT is not set")):
-        done = subprocess.run(["bash", script, *args], env={**env, **extra},
-                              capture_output=True, text=True, timeout=60)
-        assert done.returncode == 2 and words in done.stderr, done.stderr
+    env = _device_script_refuses(script, tmp_path, "60", (
+        (["abc"], "must be a whole number"), (["60", "4096,x"], "row lengths"),
+        (["60", "4096", "5120", "rms norm"], "spec names")))
     done = subprocess.run(["bash", script, "60"], env={**env, "OUT": str(tmp_path)},
                           capture_output=True, text=True, timeout=300)
     assert "compare_tables: skipped, the budget is spent" in done.stdout, done.stdout
@@ -604,13 +606,8 @@ def test_norm_sweep_run_refusals_and_archive(tmp_path):
     each, saying so, and the archive still comes back."""
     import tarfile
     script = os.path.join(ROOT, "benchmarks", "norm_sweep_run.sh")
-    env = {k: v for k, v in os.environ.items() if k != "OUT"}
-    for args, extra, words in ((["abc"], {"OUT": str(tmp_path)}, "must be a whole number"),
-                               (["60", "liger aot"], {"OUT": str(tmp_path)}, "suite paths"),
-                               (["60"], {}, "OUT is not set")):
-        done = subprocess.run(["bash", script, *args], env={**env, **extra},
-                              capture_output=True, text=True, timeout=60)
-        assert done.returncode == 2 and words in done.stderr, done.stderr
+    env = _device_script_refuses(script, tmp_path, "60", (
+        (["abc"], "must be a whole number"), (["60", "liger aot"], "suite paths")))
     done = subprocess.run(["bash", script, "5", "liger-aot"], env={**env, "OUT": str(tmp_path)},
                           capture_output=True, text=True, timeout=120)
     for name in ("build", "suite", "gpu_tests"):

@@ -19,6 +19,11 @@ import pytest  # noqa: E402  (after the interpreter is chosen)
 from _artifacts import (PREBUILD_ENV, start_background_build,  # noqa: E402
                         stop_background_builds)
 
+if os.environ["TRITON_INTERPRET"] == "1":
+    import _interpreter_sums  # noqa: E402
+
+    _interpreter_sums.install()  # LayerNorm's pair of sums with NumPy, not element by element
+
 _PREBUILD_ARCHS = pytest.StashKey[tuple]()
 
 

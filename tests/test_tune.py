@@ -1019,7 +1019,7 @@ WIDER = {  # every candidate of the buckets the GPU run measures, whole-row and 
     # serve every row in it): partial column blocks, and half the interpreter's time for the
     # interleaved candidates, whose chunks of 64-128 rows are mostly masked here
     "rms_norm_bwd": ((16, 1024, False), (4, 4100, True), (4, 8200, False)),
-    "layer_norm_fwd": ((16, 1024), (2, 8192), (2, 16384), (2, 32768)),
+    "layer_norm_fwd": ((16, 1024), (2, 8192), (4, 16384), (2, 32768)),
     "layer_norm_bwd": ((16, 1024), (4, 8200)),
     "swiglu_fwd": ((4, 5008),), "swiglu_bwd": ((4, 5008),),
     "softmax_fwd": ((16, 1024), (2, 32768)), "softmax_bwd": ((16, 1024), (2, 32768)),

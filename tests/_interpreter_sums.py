@@ -1,7 +1,7 @@
 """Triton's interpreter runs a `tl.reduce` whose combine function is not one of Triton's own
 element by element, one Python call each (interpreter.ReduceOps.generic_reduce). LayerNorm's
 forward reduces its pair of sums (x and x squared) with such a function, `_add_pairs`, which
-made its CPU tests the slowest in the suite: a 16K-column row is 16K Python calls a row.
+made its CPU tests the slowest in the suite: 16K Python calls for each 16K-column row.
 
 For combine functions named here, which only add their arguments element-wise, the tests'
 interpreter sums each input with NumPy instead, as it does for `tl.sum`. Only the order of
@@ -14,8 +14,8 @@ ELEMENTWISE_SUMS = (("kernel_src.layer_norm.kernels", "_add_pairs"),)
 
 
 def _key(fn):
-    # kernel_src is importable twice (kernel_src and liger_aot.kernel_src, a link to it), and
-    # the tuner loads staged copies of it: match the function by where it is defined.
+    # kernel_src is importable twice (kernel_src and liger_aot.kernel_src, a link to it), as
+    # two modules: match the function by where it is defined, not by identity.
     module = getattr(fn, "__module__", "") or ""
     return module.removeprefix("liger_aot."), getattr(fn, "__name__", None)
 

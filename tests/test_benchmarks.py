@@ -5,6 +5,7 @@ anything that matters."""
 import csv
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -580,8 +581,9 @@ def test_norm_fixed_cost_run_without_a_gpu(tmp_path):
 def test_norm_retune_run_without_a_gpu(tmp_path):
     """benchmarks/norm_retune_run.sh (the norm re-tune, compare_tables and the GPU tests as
     one device call): refuses bad arguments and a missing OUT; without a GPU the tune says
-    so in its log, a budget too short for compare_tables skips it, the GPU tests skip, and
-    the table before and after (unchanged) come back in one archive."""
+    so in its log, a short budget gives the tune its floor of 30 s and skips compare_tables,
+    the GPU tests skip, and the table before and after (unchanged) come back in one
+    archive."""
     import tarfile
     script = os.path.join(ROOT, "benchmarks", "norm_retune_run.sh")
     env = _device_script_refuses(script, tmp_path, "60", (
@@ -590,6 +592,8 @@ def test_norm_retune_run_without_a_gpu(tmp_path):
     done = subprocess.run(["bash", script, "60"], env={**env, "OUT": str(tmp_path)},
                           capture_output=True, text=True, timeout=300)
     assert "compare_tables: skipped, the budget is spent" in done.stdout, done.stdout
+    # a budget that leaves compare_tables less than its share gives the tune its 30 s floor
+    assert re.search(r"== tune \(\S+, 30 s at most\)", done.stdout), done.stdout
     with tarfile.open(tmp_path / "norm_retune.tgz") as archive:
         files = {os.path.basename(m.name): archive.extractfile(m).read()
                  for m in archive.getmembers() if m.isfile()}

@@ -25,8 +25,9 @@ r read, y and s written) for the library's forward as shipped (the AOT build whe
 LIGER_AOT_ARTIFACT_DIR names one) and for the grouped kernel (JIT) on each config, each a
 CUDA-graph replay of the whole forward (outputs allocated, the words zeroed, the kernel),
 checked first against an fp32 torch reference; and the library with one more memset of the
-words' size in the same graph (what a forward without that memset could save at most). Needs a CUDA GPU (--compile-only: sm90 ptxas
-here, registers, stack and shared memory of each config).
+words' size in the same graph (what a forward without that memset could save at most).
+Needs a CUDA GPU (--compile-only: sm90 ptxas here, registers, stack and shared memory of each
+config).
 
   python benchmarks/experiment_norm_fwd_grouped.py [--op rms_norm|fused_add|layer_norm]
       [--cols 16384 32768 65536] [--configs ...]

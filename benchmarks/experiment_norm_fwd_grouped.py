@@ -141,7 +141,8 @@ def main():
 
         # a buffer of the words' size: memset alone, and once more in the library's graph (the
         # most that a forward without its words' memset could gain, session 36)
-        spare_words = torch.zeros(m * (n // 2048), device="cuda", dtype=torch.int64)
+        slice_cols = (ln_spec if args.op == "layer_norm" else rms_spec).GROUPED_BLOCK_N
+        spare_words = torch.zeros(m * (n // slice_cols), device="cuda", dtype=torch.int64)
 
         def library_and_memset():
             spare_words.zero_()

@@ -649,3 +649,28 @@ def test_host_microbench_runs_its_cases():
     assert done.returncode == 0, done.stderr[-2000:]
     times = {line.split()[0]: float(line.split()[1]) for line in done.stdout.splitlines()[2:]}
     assert set(times) == set(cases) and all(t > 0 for t in times.values()), done.stdout
+
+
+def test_on_card_runs_only_on_the_named_card(tmp_path):
+    """benchmarks/on_card.sh: runs its command where nvidia-smi's card name contains NAME
+    (case-insensitive), exits 3 naming the card otherwise or where no card answers, and 2
+    without a command."""
+    script = os.path.join(ROOT, "benchmarks", "on_card.sh")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA H200'\n")
+    (fake / "nvidia-smi").chmod(0o755)
+    with_card = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
+    no_card = {**os.environ, "PATH": str(tmp_path / "empty")}
+
+    def run(args, env):
+        return subprocess.run(["/bin/bash", script, *args], env=env, capture_output=True,
+                              text=True, timeout=60)
+    done = run(["h200", "echo", "ran"], with_card)
+    assert done.returncode == 0 and done.stdout.splitlines()[-1] == "ran", done
+    done = run(["H100", "echo", "ran"], with_card)
+    assert done.returncode == 3 and "ran" not in done.stdout and "'NVIDIA H200'" in done.stdout
+    done = run(["H200", "echo", "ran"], no_card)
+    assert done.returncode == 3 and "no NVIDIA GPU" in done.stderr, done
+    done = run(["H200"], with_card)
+    assert done.returncode == 2 and "usage" in done.stderr, done

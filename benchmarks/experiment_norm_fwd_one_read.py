@@ -89,11 +89,31 @@ def norm_fwd(Y, X, W, B, MEAN, RSTD, stride, eps, N: tl.constexpr, BLOCK_N: tl.c
 
 
 def parse_cases(text):
+    """'N:warps,warps;N:warps' -> [(N, warps)]; N a power of two from 64 (one tl.arange a
+    row), warps a power of two up to 32. SystemExit naming the bad item otherwise."""
     out = []
     for item in text.split(";"):
-        n, warps = item.split(":")
-        out += [(int(n), int(w)) for w in warps.split(",")]
+        try:
+            n, warps = item.split(":")
+            pairs = [(int(n), int(w)) for w in warps.split(",")]
+        except ValueError:
+            raise SystemExit(f"--cases: '{item}' is not N:warps[,warps...]") from None
+        for n, w in pairs:
+            if n < 64 or n & (n - 1) or not 1 <= w <= 32 or w & (w - 1):
+                raise SystemExit(f"--cases: '{item}': N must be a power of two from 64, "
+                                 "warps a power of two up to 32")
+        out += pairs
     return out
+
+
+def parse_keeps(text):
+    try:
+        keeps = [int(k) for k in text.split(",")]
+    except ValueError:
+        keeps = [-1]
+    if not all(k in (0, 1, 2) for k in keeps):
+        raise SystemExit(f"--keeps: '{text}' is not a list of 0, 1 and 2")
+    return keeps
 
 
 def constexprs(n, keep, layer):
@@ -115,9 +135,9 @@ def compile_only(cases, keeps, layer):
             kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                                     options={"num_warps": warps, "num_stages": 1})
             u = sm90_usage(kernel.asm["cubin"])
-            sass_lines = kernel.asm["ptx"].count("\n")
+            ptx_lines = kernel.asm["ptx"].count("\n")
             print(f"N {n:6d} warps {warps:2d} KEEP {keep}: regs {u['regs']:3d} stack "
-                  f"{u['stack']} B, {sass_lines} PTX lines", flush=True)
+                  f"{u['stack']} B, {ptx_lines} PTX lines", flush=True)
 
 
 def main():
@@ -131,11 +151,14 @@ def main():
                         help="sm90 ptxas only (no GPU): registers and stack of each case")
     args = parser.parse_args()
     cases = parse_cases(args.cases or CASES[args.op])
-    keeps = [int(k) for k in args.keeps.split(",")]
+    keeps = parse_keeps(args.keeps)
     layer = args.op == "layer_norm"
     if args.compile_only:
         compile_only(cases, keeps, layer)
         return
+    if not torch.cuda.is_available():
+        raise SystemExit("no CUDA device: this experiment times GPU kernels "
+                         "(--compile-only runs on a CPU)")
 
     import torch.nn.functional as F
 

@@ -29,7 +29,7 @@ from liger_aot.kernel_src import tuning
 from liger_aot.kernel_src.layer_norm import spec as layer_norm
 from liger_aot.kernel_src.rms_norm import spec as rms_norm
 from liger_aot.kernel_src.softmax import spec as softmax
-from liger_aot.kernel_src.spec import (EXACT_KEY, Config, KernelSpec, exact_length,
+from liger_aot.kernel_src.spec import (EXACT_KEY, HOLD_KEY, Config, KernelSpec, exact_length,
                                        inexact_twin, next_power_of_2, staged_twin)
 from liger_aot.kernel_src.swiglu import spec as swiglu
 from liger_aot.ops._common import (accumulators, atomic_weight_grad, block_grid,
@@ -47,7 +47,7 @@ def row_configs(bucket: int, flag: bool = False, *, max_tile: int, whole_row_max
                 flag_whole_row_max: int | None = None, loop_from: int, loop_rows=(1,),
                 loop_max_tile: int = 0, loop_warps=(8, 16), loop_blocks=(4096, 8192, 16384),
                 loop_pass1: int = 0, launches=None, whole_row_warps=None, pass1_rows=(1,),
-                exact_pass1: bool = False):
+                exact_pass1: bool = False, hold_pass1: bool = False):
     """Configs of a row kernel with BLOCK_M, BLOCK_N and LOOP constexprs: whole-row tiles
     (BLOCK_N == bucket, BLOCK_M rows, at most max_tile elements) for buckets up to
     whole_row_max (flag_whole_row_max when the rule's flag is set: kernels that compile the
@@ -63,7 +63,9 @@ def row_configs(bucket: int, flag: bool = False, *, max_tile: int, whole_row_max
     4-16, and 32 with launches); tiles on fewer than 4 warps take up to 64 elements a thread,
     and only the launch of one program a row block (a few such programs an SM could not keep
     its memory busy). exact_pass1: each whole-row pass-1 config also with the bucket's length
-    compiled in (EXACT_KEY; the tuned shapes' rows are that long)."""
+    compiled in (EXACT_KEY; the tuned shapes' rows are that long). hold_pass1: each such exact
+    config's rows and warps also with pass 2 from the row pass 1 loaded (HOLD_KEY; BLOCK_N
+    unused, so once for each)."""
     def shaped(constexprs, warps):
         if launches is None:
             yield Config(constexprs, num_warps=warps)
@@ -89,6 +91,7 @@ def row_configs(bucket: int, flag: bool = False, *, max_tile: int, whole_row_max
         for block_m, block_n, warps in _looped_tiles(bucket, loop_rows, loop_max_tile,
                                                      loop_warps, loop_blocks):
             yield from shaped({"BLOCK_M": block_m, "BLOCK_N": block_n, "LOOP": True}, warps)
+        held = set()  # (rows, warps) of the HOLD_KEY configs yielded
         for rows in (() if flag else pass1_rows):  # PASS1_BLOCK = the bucket
             for block_n in loop_blocks:
                 for warps in loop_warps:
@@ -98,6 +101,13 @@ def row_configs(bucket: int, flag: bool = False, *, max_tile: int, whole_row_max
                             yield from shaped({"BLOCK_M": rows, "BLOCK_N": block_n,
                                                "LOOP": True, "PASS1_BLOCK": bucket,
                                                **({EXACT_KEY: 1} if exact else {})}, warps)
+                        if exact_pass1 and hold_pass1 and (rows, warps) not in held:
+                            held.add((rows, warps))
+                            # no loop left for STAGES to pipeline: 1 only
+                            yield from (c for c in shaped(
+                                {"BLOCK_M": rows, "BLOCK_N": block_n, "LOOP": True,
+                                 "PASS1_BLOCK": bucket, EXACT_KEY: 1, HOLD_KEY: 1}, warps)
+                                if c.constexprs.get("STAGES", 1) == 1)
 
 
 def _looped_tiles(bucket: int, loop_rows, loop_max_tile: int, loop_warps, loop_blocks):
@@ -501,7 +511,8 @@ CASES = {case.spec.name: case for case in (
         other_lengths=True),
     _with_staged(dataclasses.replace(_rows_case(
         layer_norm.FWD, _shapes(_NORM_NS), layer_norm_inputs, layer_norm_fwd,
-        ("y", "mean", "rstd"), (2, 2), **_FWD_LIMITS), also_rows=_suite_rows_if_more,
+        ("y", "mean", "rstd"), (2, 2), **_FWD_LIMITS, hold_pass1=True),
+        also_rows=_suite_rows_if_more,
         other_lengths=True), 2),
     dataclasses.replace(_rows_case(
         layer_norm.BWD, _shapes(_NORM_NS), layer_norm_inputs, layer_norm_bwd,

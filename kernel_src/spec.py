@@ -122,6 +122,10 @@ def staged_twin(config: Config, dtype: str, align: str) -> Config:
 # 21). Such a config serves rows of that length only: tuning.select gives other lengths of
 # its bucket its inexact twin, which the build compiles beside it.
 EXACT_KEY = "EXACT_N"
+# With EXACT_KEY, a kernel may also keep the row it loaded in pass 1 for pass 2 instead of
+# reading it again from L2 (HOLD_KEY 1; LayerNorm's forward, session 39). Its inexact twin
+# drops both.
+HOLD_KEY = "HOLD_ROW"
 
 
 def exact_length(config: Config) -> int:
@@ -134,9 +138,10 @@ def exact_length(config: Config) -> int:
 
 
 def inexact_twin(config: Config) -> Config:
-    """The config without EXACT_KEY (a new object; tuning.py keeps one per tag)."""
+    """The config without EXACT_KEY or HOLD_KEY (a new object; tuning.py keeps one per
+    tag)."""
     return replace(config, constexprs={k: v for k, v in config.constexprs.items()
-                                       if k != EXACT_KEY})
+                                       if k not in (EXACT_KEY, HOLD_KEY)})
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,8 @@ import json
 import os
 import threading
 
-from .spec import (EXACT_KEY, STAGED_KEYS, Config, KernelSpec, exact_length, inexact_twin,
-                   next_power_of_2)
+from .spec import (EXACT_KEY, HOLD_KEY, STAGED_KEYS, Config, KernelSpec, exact_length,
+                   inexact_twin, next_power_of_2)
 
 TABLE_FORMAT = 1
 TUNED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tuned")
@@ -126,6 +126,9 @@ def config_from_record(spec: KernelSpec, record: dict) -> Config:
     if config.constexprs.get(EXACT_KEY) and not exact_length(config):
         raise ValueError(f"tuned config {config.tag} of {spec.name}: {EXACT_KEY} needs looped "
                          f"rows whose pass 1 is wider than BLOCK_N (PASS1_BLOCK)")
+    if config.constexprs.get(HOLD_KEY) and not config.constexprs.get(EXACT_KEY):
+        raise ValueError(f"tuned config {config.tag} of {spec.name}: {HOLD_KEY} needs "
+                         f"{EXACT_KEY}")
     return _shared(spec, config)
 
 

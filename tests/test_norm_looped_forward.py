@@ -20,20 +20,22 @@ from _op_helpers import rel_err
 # the backward tests' sizes, guarded buffers and config helpers
 from test_norm_looped_backward import (EPS, N, ROWS, TOL, guarded, looped,
                                        tuned_looped_configs)
-from liger_aot.kernel_src.spec import EXACT_KEY, Config
+from liger_aot.kernel_src.spec import EXACT_KEY, HOLD_KEY, Config
 from liger_aot.kernel_src.layer_norm import spec as ln_spec
 from liger_aot.kernel_src.rms_norm import spec as rms_spec
 from liger_aot.ops import layer_norm as ln_mod
 from liger_aot.ops import rms_norm as rms_mod
 
 
-def forward_pass1(block_n, warps, pass1, block_m=1, exact=False):
+def forward_pass1(block_n, warps, pass1, block_m=1, exact=False, hold=False):
     """A looped forward config of one program a row block, as the tuner writes them, with
     PASS1_BLOCK = pass1: pass 1 loads rows of up to `pass1` columns whole; exact: rows of
-    exactly `pass1` columns, that length compiled in (EXACT_KEY)."""
+    exactly `pass1` columns, that length compiled in (EXACT_KEY); hold (with exact): pass 2
+    from the row pass 1 loaded (HOLD_KEY, LayerNorm's)."""
     return Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "LOOP": True, "STAGES": 1,
                    "PROGRAMS_PER_SM": 0, "PASS1_BLOCK": pass1,
-                   **({EXACT_KEY: 1} if exact else {})}, num_warps=warps)
+                   **({EXACT_KEY: 1} if exact else {}), **({HOLD_KEY: 1} if hold else {})},
+                  num_warps=warps)
 
 
 # one program per row block, as the forwards launch their looped configs
@@ -52,19 +54,25 @@ WIDE_PASS1_CONFIGS = [forward_pass1(4096, 8, 16384), forward_pass1(1024, 8, 4096
 N_EXACT = 4096
 EXACT_CONFIGS = [forward_pass1(2048, 4, N_EXACT, exact=True),
                  forward_pass1(1024, 4, N_EXACT, block_m=2, exact=True)]
+# LayerNorm's: the same rows held from pass 1 to pass 2
+HELD_CONFIGS = [forward_pass1(2048, 4, N_EXACT, exact=True, hold=True),
+                forward_pass1(1024, 4, N_EXACT, block_m=2, exact=True, hold=True)]
 
 
 def _case_id(config):
     block = config.constexprs.get("PASS1_BLOCK", 0)
     return (f"m{config.constexprs['BLOCK_M']}-n{config.constexprs['BLOCK_N']}"
             + (f"-pass1_{block}" if block else "")
-            + ("-exact" if config.constexprs.get(EXACT_KEY) else ""))
+            + ("-exact" if config.constexprs.get(EXACT_KEY) else "")
+            + ("-held" if config.constexprs.get(HOLD_KEY) else ""))
 
 
 def cases(name):
-    """(config, dtype): the tiles above in fp32 and bf16, the whole-row pass 1s in bf16, the
-    table's other looped configs in fp32."""
-    return ([pytest.param(c, d, id=f"{_case_id(c)}-{dn}") for c in CONFIGS + EXACT_CONFIGS
+    """(config, dtype): the tiles above in fp32 and bf16 (LayerNorm's also held), the
+    whole-row pass 1s in bf16, the table's other looped configs in fp32."""
+    held = HELD_CONFIGS if name == "layer_norm_fwd" else []
+    return ([pytest.param(c, d, id=f"{_case_id(c)}-{dn}")
+             for c in CONFIGS + EXACT_CONFIGS + held
              for d, dn in ((torch.float32, "fp32"), (torch.bfloat16, "bf16"))]
             + [pytest.param(c, torch.bfloat16, id=f"{_case_id(c)}-bf16")
                for c in WIDE_PASS1_CONFIGS]

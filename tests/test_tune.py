@@ -15,9 +15,11 @@ from liger_aot.build_tools import aot, tune
 from liger_aot.cli import main as cli_main
 from liger_aot.kernel_src import all_specs, tuning
 from liger_aot.kernel_src.relu_squared import spec as relu_squared
+from liger_aot.kernel_src.layer_norm import spec as ln
 from liger_aot.kernel_src.rms_norm import spec as rms
-from liger_aot.kernel_src.spec import (ALIGN_CLASSES, DTYPES, EXACT_KEY, STAGED_KEYS, Config,
-                                       exact_length, inexact_twin, is_staged, staged_twin)
+from liger_aot.kernel_src.spec import (ALIGN_CLASSES, DTYPES, EXACT_KEY, HOLD_KEY, STAGED_KEYS,
+                                       Config, exact_length, inexact_twin, is_staged,
+                                       staged_twin)
 from liger_aot.kernel_src.swiglu import spec as swiglu
 from liger_aot.runtime import Kernel, device, registry
 
@@ -207,6 +209,29 @@ def test_a_buckets_other_lengths_run_its_inexact_config(tables):
         tuning.select(rms.FWD, "sm90", (12288, False))
 
 
+def test_layer_norm_offers_each_exact_pass1_once_with_the_row_held():
+    """One HOLD_KEY candidate for each (rows, warps) of the exact whole-row pass 1s (BLOCK_N
+    is unused there); its inexact twin is an inexact candidate; RMSNorm offers none."""
+    for bucket in (1024, 8192, 16384, 65536):
+        wide = [c for c in tune.CASES["layer_norm_fwd"].candidates(bucket)
+                if c.constexprs.get(EXACT_KEY)]
+        held = [c for c in wide if c.constexprs.get(HOLD_KEY)]
+        shapes = {(c.constexprs["BLOCK_M"], c.num_warps) for c in wide}
+        assert sorted((c.constexprs["BLOCK_M"], c.num_warps) for c in held) == sorted(shapes)
+        inexact = {c.tag for c in tune.CASES["layer_norm_fwd"].candidates(bucket)}
+        assert all(inexact_twin(c).tag in inexact for c in held)
+    assert not [c for c in tune.CASES["rms_norm_fwd"].candidates(16384)
+                if HOLD_KEY in c.constexprs]
+
+
+def test_a_held_row_config_needs_its_length_compiled_in(tables):
+    held = Config({"BLOCK_M": 1, "BLOCK_N": 4096, "LOOP": True, "STAGES": 1,
+                   "PROGRAMS_PER_SM": 0, "PASS1_BLOCK": 16384, HOLD_KEY: 1}, num_warps=16)
+    tables("sm90", {"layer_norm_fwd": {"n_cols=16384": held}})
+    with pytest.raises(ValueError, match="HOLD_ROW needs EXACT_N"):
+        tuning.select(ln.FWD, "sm90", (16384,))
+
+
 def test_an_exact_length_config_needs_a_whole_row_pass1(tables):
     whole_row = Config({**NEW_RMS.constexprs, EXACT_KEY: 1}, num_warps=16)
     tables("sm90", {"rms_norm_fwd": {"n_cols=4096,residual=False": whole_row}})
@@ -383,7 +408,7 @@ def test_candidates_are_configs_the_kernel_supports(name):
                 if is_staged(c):
                     _check_staged_candidate(name, c, bucket, flag)
                     continue
-                assert set(c.constexprs) - {"PASS1_BLOCK", EXACT_KEY} == keys, c.tag
+                assert set(c.constexprs) - {"PASS1_BLOCK", EXACT_KEY, HOLD_KEY} == keys, c.tag
                 if "PASS1_BLOCK" in c.constexprs:
                     _check_wide_pass1_candidate(case, c, bucket, flag)
                 else:
@@ -436,6 +461,11 @@ def _check_wide_pass1_candidate(case, c, bucket, flag):
     # the bucket's length compiled in, or not (the tuned shapes' rows are the bucket's)
     assert k.get(EXACT_KEY, 1) == 1 and EXACT_KEY in case.spec.constexpr_defaults, c.tag
     assert exact_length(c) == bucket, c.tag
+    # pass 2 from the held row: LayerNorm's, with the length compiled in, no loop to stage
+    if HOLD_KEY in k:
+        assert case.spec.name == "layer_norm_fwd" and k[HOLD_KEY] == 1 and k.get(EXACT_KEY), \
+            c.tag
+        assert HOLD_KEY in case.spec.constexpr_defaults and k["STAGES"] == 1, c.tag
 
 
 def test_norm_forwards_offer_each_whole_row_pass1_with_its_length_compiled_in():
@@ -900,7 +930,6 @@ def test_an_exact_choice_is_measured_again_at_other_lengths(tables):
     path = Path(tuning.TUNED_DIR) / "sm90.json"
     tune.write_table(str(path), "sm90", specs, {})
     tuning.reset()
-    from liger_aot.kernel_src.layer_norm import spec as ln
     assert tuning.select(ln.FWD, "sm90", (64,)).tag == exact.tag
     assert tuning.select(ln.FWD, "sm90", (40,)).tag == whole.tag
     # --inexact-only keeps the table's choice and measures against the table's inexact
@@ -982,7 +1011,6 @@ def test_other_lengths_are_chosen_over_three_probes(tables):
     path = Path(tuning.TUNED_DIR) / "sm90.json"
     tune.write_table(str(path), "sm90", specs, {})
     tuning.reset()
-    from liger_aot.kernel_src.layer_norm import spec as ln
     assert [tuning.select(ln.FWD, "sm90", (n,)).tag for n in (64, 48, 40, 56, 47)] == [
         exact.tag, twin.tag, whole.tag, whole.tag, whole.tag]
     assert {twin.tag, whole.tag, exact.tag} <= {c.tag for c in tuning.arch_configs(ln.FWD, "sm90")}

@@ -76,9 +76,18 @@ def _looped_normalize(x_row, y_row, Y, W, B, row_mask, cols, n_cols, mean, rstd,
 
 
 @triton.jit
+def _mean_rstd(shift, sum1, sum2, n_cols, eps):
+    """A row's mean and 1 / std from its sums of x - shift and of their squares."""
+    m1 = sum1 / n_cols
+    var = tl.maximum(sum2 / n_cols - m1 * m1, 0.0)
+    return shift + m1, 1.0 / tl.sqrt(var + eps)
+
+
+@triton.jit
 def _fwd_block(block, Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y, stride_x, eps,
                has_bias, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LOOP: tl.constexpr,
-               STAGES: tl.constexpr, PASS1_BLOCK: tl.constexpr, EXACT_N: tl.constexpr):
+               STAGES: tl.constexpr, PASS1_BLOCK: tl.constexpr, EXACT_N: tl.constexpr,
+               HOLD_ROW: tl.constexpr):
     """The forward of row block `block` (BLOCK_M rows)."""
     cols = tl.arange(0, BLOCK_N)
     # block * BLOCK_M < n_rows fits int32; rows in int64 for the address arithmetic
@@ -104,6 +113,22 @@ def _fwd_block(block, Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y, stride_x
         if has_bias != 0:
             y += tl.load(B + cols, mask=cols < n_cols, other=0.0).to(tl.float32)[None, :]
         tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
+    elif HOLD_ROW:
+        # rows of exactly PASS1_BLOCK columns, pass 2 from pass 1's registers instead of L2
+        # (HOLD_KEY, kernel_src/spec.py); BLOCK_N is not used
+        tl.static_assert(EXACT_N == 1)
+        shift = tl.load(x_row, mask=row_mask[:, None], other=0.0).to(tl.float32)
+        wide1 = tl.arange(0, PASS1_BLOCK)
+        wide = wide1[None, :]
+        mask = row_mask[:, None] & (wide < n_cols)
+        x = tl.load(x_row + wide, mask=mask, other=0.0).to(tl.float32)
+        xs = tl.where(mask, x - shift, 0.0)
+        sum1, sum2 = tl.reduce((xs, xs * xs), 1, _add_pairs, keep_dims=True)
+        mean, rstd = _mean_rstd(shift, sum1, sum2, n_cols, eps)
+        y = (x - mean) * rstd * tl.load(W + wide1).to(tl.float32)[None, :]
+        if has_bias != 0:
+            y += tl.load(B + wide1).to(tl.float32)[None, :]
+        tl.store(y_row + wide, y.to(Y.dtype.element_ty), mask=mask)
     else:
         shift = tl.load(x_row, mask=row_mask[:, None], other=0.0).to(tl.float32)
         # pass 1 keeps the row in L2 for pass 2 (evict_last), which drops it once read
@@ -126,10 +151,7 @@ def _fwd_block(block, Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y, stride_x
         else:
             sum1, sum2 = _shifted_sums_by_blocks(x_row, row_mask, cols, n_cols, shift, BLOCK_N,
                                                  STAGES)
-        m1 = sum1 / n_cols
-        var = tl.maximum(sum2 / n_cols - m1 * m1, 0.0)
-        mean = shift + m1
-        rstd = 1.0 / tl.sqrt(var + eps)
+        mean, rstd = _mean_rstd(shift, sum1, sum2, n_cols, eps)
         if has_bias != 0:
             _looped_normalize(x_row, y_row, Y, W, B, row_mask, cols, n_cols, mean, rstd,
                               BLOCK_N, STAGES, True)
@@ -149,23 +171,26 @@ def _fwd_block(block, Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y, stride_x
 def layer_norm_fwd(Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y, stride_x, eps, has_bias,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LOOP: tl.constexpr,
                    STAGES: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr,
-                   PASS1_BLOCK: tl.constexpr = 0, EXACT_N: tl.constexpr = 0):
+                   PASS1_BLOCK: tl.constexpr = 0, EXACT_N: tl.constexpr = 0,
+                   HOLD_ROW: tl.constexpr = 0):
     """Programs stride over blocks of BLOCK_M rows (PROGRAMS_PER_SM, read by the op: 0 one
     program per block, k > 0 about k per SM); STAGES blocks' loads in flight (whole rows) or
     column blocks' (looped rows). PASS1_BLOCK: looped rows' pass-1 chunk (0: BLOCK_N).
-    EXACT_N 1: rows of exactly PASS1_BLOCK columns, compiled in (see the RMSNorm family's)."""
+    EXACT_N 1: rows of exactly PASS1_BLOCK columns, compiled in (see the RMSNorm family's).
+    HOLD_ROW 1 (with EXACT_N): pass 2 from the row pass 1 loaded, not read again."""
     if LOOP and PROGRAMS_PER_SM == 0:
         # Looped rows, one program per row: no block loop around them (see the RMSNorm
         # family's forward; H200: 16K-64K 1-2 points of copy faster with the single
         # reduction of pass 1)
         _fwd_block(tl.program_id(0), Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y,
                    stride_x, eps, has_bias, BLOCK_M, BLOCK_N, LOOP, STAGES, PASS1_BLOCK,
-                   EXACT_N)
+                   EXACT_N, HOLD_ROW)
     else:
         for block in tl.range(tl.program_id(0), tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0),
                               num_stages=1 if LOOP else STAGES):
             _fwd_block(block, Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y, stride_x, eps,
-                       has_bias, BLOCK_M, BLOCK_N, LOOP, STAGES, PASS1_BLOCK, EXACT_N)
+                       has_bias, BLOCK_M, BLOCK_N, LOOP, STAGES, PASS1_BLOCK, EXACT_N,
+                       HOLD_ROW)
 
 
 @triton.jit

@@ -1,5 +1,5 @@
 """Variant spec for LayerNorm: see kernels.py for the math."""
-from ..spec import EXACT_KEY, Config, KernelSpec, Param
+from ..spec import EXACT_KEY, HOLD_KEY, Config, KernelSpec, Param
 
 # Whole-row configs (row in registers) up to 16K columns forward / 8K backward (the backward
 # also holds dw and db accumulators), one looped config beyond. Forward: one program per row
@@ -66,8 +66,9 @@ FWD = KernelSpec(
             Param("eps", "fp32"), Param("has_bias", "i32")),
     configs=CONFIGS, rule=select_config,
     # PASS1_BLOCK, looped rows' pass-1 chunk: 0 (BLOCK_N) but in tuned configs; EXACT_KEY,
-    # the row length compiled in (kernel_src/spec.py): 0 but in tuned configs
-    constexpr_defaults={"PASS1_BLOCK": 0, EXACT_KEY: 0}, staged=True,
+    # the row length compiled in, and HOLD_KEY, pass 2 from pass 1's registers
+    # (kernel_src/spec.py): 0 but in tuned configs
+    constexpr_defaults={"PASS1_BLOCK": 0, EXACT_KEY: 0, HOLD_KEY: 0}, staged=True,
 )
 
 BWD = KernelSpec(

@@ -101,13 +101,23 @@ def row_configs(bucket: int, flag: bool = False, *, max_tile: int, whole_row_max
                             yield from shaped({"BLOCK_M": rows, "BLOCK_N": block_n,
                                                "LOOP": True, "PASS1_BLOCK": bucket,
                                                **({EXACT_KEY: 1} if exact else {})}, warps)
-                        if exact_pass1 and hold_pass1 and (rows, warps) not in held:
+                        if (exact_pass1 and hold_pass1 and (rows, warps) not in held
+                                and _row_fits_registers(rows * bucket, warps)):
                             held.add((rows, warps))
                             # no loop left for STAGES to pipeline: 1 only
                             yield from (c for c in shaped(
                                 {"BLOCK_M": rows, "BLOCK_N": block_n, "LOOP": True,
                                  "PASS1_BLOCK": bucket, EXACT_KEY: 1, HOLD_KEY: 1}, warps)
                                 if c.constexprs.get("STAGES", 1) == 1)
+
+
+def _row_fits_registers(tile: int, warps: int) -> bool:
+    """Whether a held tile of `tile` elements (HOLD_KEY) fits a thread's registers: about two
+    a column (sm90 ptxas: 64 a thread at 32 columns, 128 at 64), within the 64K-register file
+    shared by the program's threads and 255 a thread. At 64 columns on 32 warps LayerNorm's
+    spilled 192-200 bytes."""
+    per_thread = tile // (32 * warps)
+    return 2 * per_thread <= min(255, 65536 // (32 * warps))
 
 
 def _looped_tiles(bucket: int, loop_rows, loop_max_tile: int, loop_warps, loop_blocks):

@@ -211,17 +211,34 @@ def test_a_buckets_other_lengths_run_its_inexact_config(tables):
 
 def test_layer_norm_offers_each_exact_pass1_once_with_the_row_held():
     """One HOLD_KEY candidate for each (rows, warps) of the exact whole-row pass 1s (BLOCK_N
-    is unused there); its inexact twin is an inexact candidate; RMSNorm offers none."""
-    for bucket in (1024, 8192, 16384, 65536):
+    is unused there) up to two registers a held column (none on 32 warps at 64 columns a
+    thread: 64K has none); its inexact twin is an inexact candidate; RMSNorm offers none."""
+    for bucket in (1024, 8192, 16384, 32768, 65536):
         wide = [c for c in tune.CASES["layer_norm_fwd"].candidates(bucket)
                 if c.constexprs.get(EXACT_KEY)]
         held = [c for c in wide if c.constexprs.get(HOLD_KEY)]
-        shapes = {(c.constexprs["BLOCK_M"], c.num_warps) for c in wide}
+        shapes = {(c.constexprs["BLOCK_M"], c.num_warps) for c in wide
+                  if 2 * c.constexprs["BLOCK_M"] * bucket // (32 * c.num_warps)
+                  <= min(255, 2048 // c.num_warps)}
         assert sorted((c.constexprs["BLOCK_M"], c.num_warps) for c in held) == sorted(shapes)
+        assert bool(held) == (bucket < 65536)
         inexact = {c.tag for c in tune.CASES["layer_norm_fwd"].candidates(bucket)}
         assert all(inexact_twin(c).tag in inexact for c in held)
     assert not [c for c in tune.CASES["rms_norm_fwd"].candidates(16384)
                 if HOLD_KEY in c.constexprs]
+
+
+def test_layer_norms_held_rows_compile_for_sm90_without_spills():
+    """The held rows the tuner offers at 32K (up to 64 columns a thread) compile for sm90
+    with no stack (where ptxas's spills go): a candidate that spills only costs the tune."""
+    from _sm90 import compile_sm90
+
+    held = [c for c in tune.CASES["layer_norm_fwd"].candidates(32768)
+            if c.constexprs.get(HOLD_KEY)]
+    assert held
+    for c in held:
+        kernel = compile_sm90(ln.FWD, (), c)
+        assert kernel["stack"] == 0 and kernel["local"] == 0, (c.tag, kernel["stack"])
 
 
 def test_a_held_row_config_needs_its_length_compiled_in(tables):

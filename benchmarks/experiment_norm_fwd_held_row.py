@@ -90,19 +90,6 @@ def compile_only(configs):
                   f"{k['stack']} B, {programs_an_sm(k, config)} programs an SM", flush=True)
 
 
-class _Forced:
-    """The op's forward kernel with every call selecting `config`."""
-
-    def __init__(self, kernel, config):
-        self.kernel, self.config = kernel, config
-
-    def select_config(self, *args, **kwargs):
-        return self.config
-
-    def launch(self, *args, **kwargs):
-        return self.kernel.launch(*args, **kwargs)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -125,6 +112,7 @@ def main():
     import torch.nn.functional as F
 
     from _gpu import checked_timing, copy_bandwidth, graph_ms
+    from _op_helpers import ForcedConfig
     from liger_aot.ops import layer_norm as ln_mod
 
     warnings.filterwarnings("ignore", message=".*compiling it with Triton JIT.*")
@@ -148,7 +136,7 @@ def main():
             return ln_mod.layer_norm_forward(x, w, b, EPS)[:1]
 
         for name, config in [("library", None)] + named:
-            ln_mod._fwd = shipped if config is None else _Forced(shipped, config)
+            ln_mod._fwd = shipped if config is None else ForcedConfig(shipped, config)
             try:
                 e, ms, status = checked_timing(forward, err, graph_ms)
             finally:

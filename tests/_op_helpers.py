@@ -1,7 +1,8 @@
 """Helpers the op tests (tests/test_op_*.py) share: the error measure, the float64 forward and
 backward check, the torch.compile check, checks a family of ops shares (row-wise layouts and
-opcheck, GLU argument checks, MLP modules), the rotary-embedding reference and check, and
-torch's deterministic mode for a block (also used by the GPU tests).
+opcheck, GLU argument checks, MLP modules), the rotary-embedding reference and check,
+torch's deterministic mode for a block (also used by the GPU tests), and a kernel forced onto
+one config (also used by benchmarks/experiment_norm_fwd_held_row.py).
 
 Imports torch and pytest only, never triton: a test module sets TRITON_INTERPRET before it
 imports anything that imports triton, and importing this module first must not undo that."""
@@ -216,3 +217,17 @@ def launched_weight_grad_modes(monkeypatch, kernel, deterministic, run):
     with deterministic_mode(deterministic):
         run()
     return modes
+
+
+class ForcedConfig:
+    """A kernel whose every call selects `config` (monkeypatched over an op module's kernel,
+    e.g. `_fwd`, to run that op on a config its table would not choose)."""
+
+    def __init__(self, kernel, config):
+        self.kernel, self.config = kernel, config
+
+    def select_config(self, *args, **kwargs):
+        return self.config
+
+    def launch(self, *args, **kwargs):
+        return self.kernel.launch(*args, **kwargs)

@@ -16,7 +16,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest
 import torch
 
-from _op_helpers import rel_err
+from _op_helpers import ForcedConfig, rel_err
 # the backward tests' sizes, guarded buffers and config helpers
 from test_norm_looped_backward import (EPS, N, ROWS, TOL, guarded, looped,
                                        tuned_looped_configs)
@@ -87,24 +87,11 @@ def _cols(config) -> int:
     return N_EXACT if config.constexprs.get(EXACT_KEY) else N
 
 
-class _Forced:
-    """A module's forward kernel whose every call selects `config`."""
-
-    def __init__(self, kernel, config):
-        self.kernel, self.config = kernel, config
-
-    def select_config(self, *args, **kwargs):
-        return self.config
-
-    def launch(self, *args, **kwargs):
-        return self.kernel.launch(*args, **kwargs)
-
-
 @pytest.fixture
 def forced_config(monkeypatch):
     """force(module, config): that module's forward launches with config."""
     def force(module, config):
-        monkeypatch.setattr(module, "_fwd", _Forced(module._fwd, config))
+        monkeypatch.setattr(module, "_fwd", ForcedConfig(module._fwd, config))
     return force
 
 

@@ -24,10 +24,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
+from _gpu import checked_timing, copy_bandwidth, graph_ms  # noqa: E402
+from _op_helpers import ForcedConfig  # noqa: E402  (tests/)
 from liger_aot.kernel_src import tuning  # noqa: E402
 from liger_aot.kernel_src.layer_norm import spec as ln_spec  # noqa: E402
 from liger_aot.kernel_src.spec import EXACT_KEY, HOLD_KEY, Config  # noqa: E402
+from liger_aot.ops import layer_norm as ln_mod  # noqa: E402
 
 CASES = "1024:2,4;8192:8,16,32;16384:16,32;32768:32"
 EPS = 1e-6
@@ -96,9 +100,13 @@ def main():
     parser.add_argument("--cases", default=CASES,
                         help=f"'N:warps,warps;N:warps' (default {CASES})")
     parser.add_argument("--elements", type=int, default=1 << 26, help="rows x cols a shape")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="times each config is timed, in turns (default 2: the spread)")
     parser.add_argument("--compile-only", action="store_true",
                         help="sm90 ptxas only (no GPU): registers, stack, programs an SM")
     args = parser.parse_args()
+    if args.rounds < 1 or args.elements < 1024:
+        parser.error("--rounds must be at least 1 and --elements at least 1024")
     configs = configs_of(parse_cases(args.cases))
     if args.compile_only:
         compile_only(configs)
@@ -109,19 +117,20 @@ def main():
 
     import warnings
 
-    import torch.nn.functional as F
-
-    from _gpu import checked_timing, copy_bandwidth, graph_ms
-    from _op_helpers import ForcedConfig
-    from liger_aot.ops import layer_norm as ln_mod
-
     warnings.filterwarnings("ignore", message=".*compiling it with Triton JIT.*")
     bw = copy_bandwidth()
     print(f"layer_norm: copy {bw / 1e12:.2f} TB/s, {torch.cuda.get_device_name(0)}",
           flush=True)
+    for r in range(args.rounds):
+        print(f"== round {r + 1}", flush=True)
+        time_round(configs, args.elements, bw)
+
+
+def time_round(configs, elements, bw):
+    """One timing of each config (and the library's own) at each row length."""
     shipped = ln_mod._fwd
     for n, named in configs.items():
-        m = args.elements // n
+        m = elements // n
         gen = torch.Generator(device="cuda").manual_seed(0)
         x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16, generator=gen) + 3.0
         w = (1 + 0.1 * torch.randn(n, device="cuda", generator=gen)).to(torch.bfloat16)

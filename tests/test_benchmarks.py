@@ -406,6 +406,7 @@ def test_experiment_norm_fwd_held_row_arguments():
     _assert_refuses(script, ((["--cases", "1000:2"], "N must be a power of two from 1024"),
                              (["--cases", "1024"], "'1024' is not N:warps"),
                              (["--cases", "1024:32"], "8-64 columns a thread"),
+                             (["--rounds", "0"], "--rounds must be at least 1"),
                              (["--cases", "1024:2"], "no CUDA device")))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, script, "--compile-only", "--cases", "1024:2,4"],

@@ -14,7 +14,7 @@ checked first against an fp32 torch reference; bf16, 2^26 elements. Needs a CUDA
 --compile-only: sm90 ptxas registers, stack and programs an SM of each config on a CPU.
 
   python benchmarks/experiment_norm_fwd_held_row.py [--cases "N:warps,warps;N:warps"]
-      [--compile-only]
+      [--rounds 2] [--compile-only]
 """
 import argparse
 import os

@@ -14,8 +14,8 @@ import torch
 from liger_aot.build_tools import aot, tune
 from liger_aot.cli import main as cli_main
 from liger_aot.kernel_src import all_specs, tuning
-from liger_aot.kernel_src.relu_squared import spec as relu_squared
 from liger_aot.kernel_src.layer_norm import spec as ln
+from liger_aot.kernel_src.relu_squared import spec as relu_squared
 from liger_aot.kernel_src.rms_norm import spec as rms
 from liger_aot.kernel_src.spec import (ALIGN_CLASSES, DTYPES, EXACT_KEY, HOLD_KEY, STAGED_KEYS,
                                        Config, exact_length, inexact_twin, is_staged,

@@ -33,7 +33,7 @@ from liger_aot.kernel_src.layer_norm import spec as ln_spec  # noqa: E402
 from liger_aot.kernel_src.spec import EXACT_KEY, HOLD_KEY, Config  # noqa: E402
 from liger_aot.ops import layer_norm as ln_mod  # noqa: E402
 
-CASES = "1024:2,4;8192:8,16,32;16384:16,32;32768:32"
+CASES = "1024:1,2,4;8192:8,16,32;16384:16,32;32768:32"
 EPS = 1e-6
 
 

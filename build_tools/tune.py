@@ -64,8 +64,8 @@ def row_configs(bucket: int, flag: bool = False, *, max_tile: int, whole_row_max
     and only the launch of one program a row block (a few such programs an SM could not keep
     its memory busy). exact_pass1: each whole-row pass-1 config also with the bucket's length
     compiled in (EXACT_KEY; the tuned shapes' rows are that long). hold_pass1: each such exact
-    config's rows and warps also with pass 2 from the row pass 1 loaded (HOLD_KEY; BLOCK_N
-    unused, so once for each)."""
+    config's rows and warps, and one warp, also with pass 2 from the row pass 1 loaded
+    (HOLD_KEY; BLOCK_N unused, so once for each) where the row fits the registers."""
     def shaped(constexprs, warps):
         if launches is None:
             yield Config(constexprs, num_warps=warps)
@@ -91,7 +91,6 @@ def row_configs(bucket: int, flag: bool = False, *, max_tile: int, whole_row_max
         for block_m, block_n, warps in _looped_tiles(bucket, loop_rows, loop_max_tile,
                                                      loop_warps, loop_blocks):
             yield from shaped({"BLOCK_M": block_m, "BLOCK_N": block_n, "LOOP": True}, warps)
-        held = set()  # (rows, warps) of the HOLD_KEY configs yielded
         for rows in (() if flag else pass1_rows):  # PASS1_BLOCK = the bucket
             for block_n in loop_blocks:
                 for warps in loop_warps:
@@ -101,14 +100,19 @@ def row_configs(bucket: int, flag: bool = False, *, max_tile: int, whole_row_max
                             yield from shaped({"BLOCK_M": rows, "BLOCK_N": block_n,
                                                "LOOP": True, "PASS1_BLOCK": bucket,
                                                **({EXACT_KEY: 1} if exact else {})}, warps)
-                        if (exact_pass1 and hold_pass1 and (rows, warps) not in held
-                                and _row_fits_registers(rows * bucket, warps)):
-                            held.add((rows, warps))
-                            # no loop left for STAGES to pipeline: 1 only
-                            yield from (c for c in shaped(
-                                {"BLOCK_M": rows, "BLOCK_N": block_n, "LOOP": True,
-                                 "PASS1_BLOCK": bucket, EXACT_KEY: 1, HOLD_KEY: 1}, warps)
-                                if c.constexprs.get("STAGES", 1) == 1)
+        # held rows: once for each rows and warps (BLOCK_N is unused: the first that would
+        # serve), also on one warp (torch.compile's 1K forward: a row's sums in warp
+        # shuffles alone); no loop left for STAGES to pipeline, so 1 only
+        for rows in (pass1_rows if exact_pass1 and hold_pass1 and not flag else ()):
+            for warps in (1, *loop_warps):
+                block_n = next((b for b in loop_blocks
+                                if b < bucket and 8 <= rows * b // (32 * warps) <= 32), 0)
+                if (block_n and rows * bucket // (32 * warps) <= loop_pass1
+                        and _row_fits_registers(rows * bucket, warps)):
+                    yield from (c for c in shaped(
+                        {"BLOCK_M": rows, "BLOCK_N": block_n, "LOOP": True,
+                         "PASS1_BLOCK": bucket, EXACT_KEY: 1, HOLD_KEY: 1}, warps)
+                        if c.constexprs.get("STAGES", 1) == 1)
 
 
 def _row_fits_registers(tile: int, warps: int) -> bool:

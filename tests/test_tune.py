@@ -211,30 +211,41 @@ def test_a_buckets_other_lengths_run_its_inexact_config(tables):
 
 def test_layer_norm_offers_each_exact_pass1_once_with_the_row_held():
     """One HOLD_KEY candidate for each (rows, warps) of the exact whole-row pass 1s (BLOCK_N
-    is unused there) up to two registers a held column (none on 32 warps at 64 columns a
-    thread: 64K has none); its inexact twin is an inexact candidate; RMSNorm offers none."""
-    for bucket in (1024, 8192, 16384, 32768, 65536):
+    is unused there), and on one warp up to 64 columns a thread, each up to two registers a
+    held column (none on 32 warps at 64 columns a thread: 64K has none); its inexact twin
+    is an inexact candidate; RMSNorm offers none."""
+    for bucket in (1024, 2048, 8192, 16384, 32768, 65536):
         wide = [c for c in tune.CASES["layer_norm_fwd"].candidates(bucket)
                 if c.constexprs.get(EXACT_KEY)]
         held = [c for c in wide if c.constexprs.get(HOLD_KEY)]
         shapes = {(c.constexprs["BLOCK_M"], c.num_warps) for c in wide
                   if 2 * c.constexprs["BLOCK_M"] * bucket // (32 * c.num_warps)
                   <= min(255, 2048 // c.num_warps)}
+        shapes |= {(rows, 1) for rows in (1, 2) if rows * bucket <= 2048}
         assert sorted((c.constexprs["BLOCK_M"], c.num_warps) for c in held) == sorted(shapes)
         assert bool(held) == (bucket < 65536)
+        # the twin (the bucket's other lengths) is a candidate too, but on one warp, which
+        # only the held rows take: there the looped kernel's inexact rows, compiled beside it
         inexact = {c.tag for c in tune.CASES["layer_norm_fwd"].candidates(bucket)}
-        assert all(inexact_twin(c).tag in inexact for c in held)
+        for c in held:
+            twin = inexact_twin(c)
+            assert twin.tag in inexact or (
+                c.num_warps == 1 and twin.constexprs["LOOP"]
+                and not {EXACT_KEY, HOLD_KEY} & set(twin.constexprs)), c.tag
     assert not [c for c in tune.CASES["rms_norm_fwd"].candidates(16384)
                 if HOLD_KEY in c.constexprs]
 
 
 def test_layer_norms_held_rows_compile_for_sm90_without_spills():
-    """The held rows the tuner offers at 32K (up to 64 columns a thread) compile for sm90
-    with no stack (where ptxas's spills go): a candidate that spills only costs the tune."""
+    """The held rows the tuner offers with 64 columns a thread (32K on 16 warps, 1K two rows
+    on one warp) compile for sm90 with no stack (where ptxas's spills go): a candidate that
+    spills only costs the tune."""
     from _sm90 import compile_sm90
 
-    held = [c for c in tune.CASES["layer_norm_fwd"].candidates(32768)
-            if c.constexprs.get(HOLD_KEY)]
+    held = [c for b in (1024, 32768) for c in tune.CASES["layer_norm_fwd"].candidates(b)
+            if c.constexprs.get(HOLD_KEY)
+            and c.constexprs["BLOCK_M"] * b // (32 * c.num_warps) == 64]
+    assert len(held) == 2
     assert held
     for c in held:
         kernel = compile_sm90(ln.FWD, (), c)
@@ -524,7 +535,8 @@ def test_norm_forwards_offer_a_whole_row_pass1_from_1k(name):
                           (1, 2048, 4), (1, 2048, 8)}
     # two rows a program (w and b read once for both), where the pair is 64 a thread at most
     pairs = {b: {(c.constexprs["BLOCK_N"], c.num_warps) for c in case.candidates(b)
-                 if "PASS1_BLOCK" in c.constexprs and c.constexprs["BLOCK_M"] == 2}
+                 if "PASS1_BLOCK" in c.constexprs and c.constexprs["BLOCK_M"] == 2
+                 and HOLD_KEY not in c.constexprs}
              for b in (1024, 2048, 8192, 32768, 65536)}
     assert pairs == {1024: {(512, 2), (512, 4)},
                      2048: {(512, 2), (512, 4), (1024, 2), (1024, 4), (1024, 8)},

@@ -115,7 +115,9 @@ def _fwd_block(block, Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y, stride_x
         tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
     elif HOLD_ROW:
         # rows of exactly PASS1_BLOCK columns, pass 2 from pass 1's registers instead of L2
-        # (HOLD_KEY, kernel_src/spec.py); BLOCK_N is not used
+        # (HOLD_KEY, kernel_src/spec.py); BLOCK_N is not used. A branch of its own: the
+        # looped branch's whole-row pass 1 sits under a runtime length check whose row does
+        # not outlive it, and making that check static would change the tuned kernels
         tl.static_assert(EXACT_N == 1)
         shift = tl.load(x_row, mask=row_mask[:, None], other=0.0).to(tl.float32)
         wide1 = tl.arange(0, PASS1_BLOCK)

@@ -246,7 +246,6 @@ def test_layer_norms_held_rows_compile_for_sm90_without_spills():
             if c.constexprs.get(HOLD_KEY)
             and c.constexprs["BLOCK_M"] * b // (32 * c.num_warps) == 64]
     assert len(held) == 2
-    assert held
     for c in held:
         kernel = compile_sm90(ln.FWD, (), c)
         assert kernel["stack"] == 0 and kernel["local"] == 0, (c.tag, kernel["stack"])

@@ -12,12 +12,18 @@ HOLD_ROW configs on each warp count, all through `layer_norm_forward` (outputs a
 kernel launched), each a CUDA-graph replay (the L2 flushed before each, do_bench's median),
 checked first against an fp32 torch reference; bf16, 2^26 elements. Needs a CUDA GPU;
 --compile-only: sm90 ptxas registers, stack and programs an SM of each config on a CPU.
+--candidate-table PATH (session 40): after the rounds, where a row length's fastest held
+config (median over the rounds) is at least 1% faster than the table's config, a copy of
+the sm90 table with that config in the bucket goes to PATH, for compare_tables.py to A/B on
+the AOT builds (benchmarks/held_row_run.sh); the bucket's other lengths keep what they ran.
 
   python benchmarks/experiment_norm_fwd_held_row.py [--cases "N:warps,warps;N:warps"]
-      [--rounds 2] [--compile-only]
+      [--rounds 2] [--compile-only] [--candidate-table PATH]
 """
 import argparse
+import json
 import os
+import statistics
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -104,9 +110,15 @@ def main():
                         help="times each config is timed, in turns (default 2: the spread)")
     parser.add_argument("--compile-only", action="store_true",
                         help="sm90 ptxas only (no GPU): registers, stack, programs an SM")
+    parser.add_argument("--candidate-table", metavar="PATH",
+                        help="write the sm90 table with each length's held config that "
+                             f"beats the table's by {100 * (1 - ADOPT_RATIO):.0f}%% (median "
+                             "over the rounds) to PATH; nothing where none does")
     args = parser.parse_args()
     if args.rounds < 1 or args.elements < 1024:
         parser.error("--rounds must be at least 1 and --elements at least 1024")
+    if args.candidate_table and args.compile_only:
+        parser.error("--candidate-table needs timings: not with --compile-only")
     configs = configs_of(parse_cases(args.cases))
     if args.compile_only:
         compile_only(configs)
@@ -121,13 +133,67 @@ def main():
     bw = copy_bandwidth()
     print(f"layer_norm: copy {bw / 1e12:.2f} TB/s, {torch.cuda.get_device_name(0)}",
           flush=True)
+    times = {}
     for r in range(args.rounds):
         print(f"== round {r + 1}", flush=True)
-        time_round(configs, args.elements, bw)
+        time_round(configs, args.elements, bw, times)
+    if args.candidate_table:
+        write_candidate(args.candidate_table, configs, times)
 
 
-def time_round(configs, elements, bw):
-    """One timing of each config (and the library's own) at each row length."""
+def write_candidate(path, configs, times):
+    """The sm90 table with candidate_configs' choices, atomically to `path`, and what it
+    chose printed; nothing written where nothing is chosen."""
+    with open(tuning.table_path("sm90")) as f:
+        table = json.load(f)
+    chosen = candidate_configs(configs, times)
+    for n, (config, table_ms, ms) in sorted(chosen.items()):
+        print(f"candidate: N {n}: held on {config.num_warps} warps, {ms:.4f} ms against the "
+              f"table's {table_ms:.4f} ms ({100 * (1 - ms / table_ms):.1f}% less)", flush=True)
+    if not chosen:
+        print(f"candidate: no held config beats the table's by {100 * (1 - ADOPT_RATIO):.0f}%: "
+              f"{path} not written", flush=True)
+        return
+    entries = table["specs"][ln_spec.FWD.name]
+    for n, (config, _, _) in chosen.items():
+        entries[tuning.bucket_key(ln_spec.FWD, (n,))]["config"] = tuning.config_record(config)
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(tuning.format_table(table))
+    os.replace(tmp, path)
+    print(f"candidate: wrote {path}", flush=True)
+
+
+# A held config goes into the candidate table where its median is at most this share of the
+# table config's (both forced through the op on the JIT, the same rounds).
+ADOPT_RATIO = 0.99
+
+
+def candidate_configs(configs, times) -> dict:
+    """{N: (held config, the table config's median ms, the held config's)} for the row lengths
+    whose fastest held config (by the median of its rounds; a round that failed is NaN and
+    loses) takes at most ADOPT_RATIO of the table config's median. times: {(N, config tag):
+    [ms of each round]}."""
+    out = {}
+    for n, named in configs.items():
+        (_, table_config), held_configs = named[0], [c for name, c in named[1:]]
+
+        def median(config):
+            ms = times.get((n, config.tag), [])
+            return statistics.median(ms) if ms and all(m == m for m in ms) else float("inf")
+
+        table_ms = median(table_config)
+        if not held_configs or table_ms == float("inf"):
+            continue
+        best = min(held_configs, key=median)
+        if median(best) <= ADOPT_RATIO * table_ms:
+            out[n] = (best, table_ms, median(best))
+    return out
+
+
+def time_round(configs, elements, bw, times):
+    """One timing of each config (and the library's own) at each row length, each config's
+    ms appended to times[(N, its tag)]."""
     shipped = ln_mod._fwd
     for n, named in configs.items():
         m = elements // n
@@ -150,6 +216,8 @@ def time_round(configs, elements, bw):
                 e, ms, status = checked_timing(forward, err, graph_ms)
             finally:
                 ln_mod._fwd = shipped
+            if config is not None:
+                times.setdefault((n, config.tag), []).append(ms)
             label = name if config is None else f"{name} {config.num_warps:2d} warps"
             print(f"{m:6d} x {n:5d} {label:16s} {ms:7.4f} ms "
                   f"{100 * floor_ms / ms:5.1f}% of copy  err {e:.1e} {status}"

@@ -419,6 +419,52 @@ def test_experiment_norm_fwd_held_row_arguments():
                          line), line
 
 
+def test_experiment_norm_fwd_held_row_candidate_table(tmp_path, monkeypatch):
+    """--candidate-table's choice (benchmarks/held_row_run.sh A/Bs it): a row length takes its
+    fastest held config only where that config's median is at least 1% under the table
+    config's, a failed round (NaN) never wins, and the table written loads, with only the
+    chosen buckets' configs changed and their other lengths' records kept; where nothing
+    wins, nothing is written."""
+    import json
+
+    from liger_aot.kernel_src import tuning
+
+    held = load_benchmark("experiment_norm_fwd_held_row")
+    configs = held.configs_of(held.parse_cases("1024:1,2;8192:16;16384:32"))
+    table_1k, w1, w2 = (c for _, c in configs[1024])
+    table_8k, w16 = (c for _, c in configs[8192])
+    table_16k, w32 = (c for _, c in configs[16384])
+    times = {(1024, table_1k.tag): [1.0, 1.0, 1.2], (1024, w1.tag): [0.985, 0.99, 0.5],
+             (1024, w2.tag): [0.95, float("nan"), 0.9],  # failed once: never chosen
+             (8192, table_8k.tag): [2.0, 2.0], (8192, w16.tag): [1.99, 1.985],  # 0.6% less
+             (16384, table_16k.tag): [4.0, 4.1], (16384, w32.tag): [3.8, 3.9]}
+    chosen = held.candidate_configs(configs, times)
+    assert {n: c.tag for n, (c, _, _) in chosen.items()} == {1024: w1.tag, 16384: w32.tag}
+    assert chosen[1024][1:] == pytest.approx((1.0, 0.985))
+    assert chosen[16384][1:] == pytest.approx((4.05, 3.85))
+
+    path = tmp_path / "sm90-held.json"
+    held.write_candidate(str(path), configs, times)
+    _, before = tuning.read_table(tuning.table_path("sm90"), "sm90")
+    _, after = tuning.read_table(str(path), "sm90")
+    spec = held.ln_spec.FWD.name
+    for name in before["specs"]:
+        for bucket, entry in before["specs"][name].items():
+            new = after["specs"][name][bucket]
+            if name == spec and bucket in ("n_cols=1024", "n_cols=16384"):
+                assert new["config"] != entry["config"]
+                assert new["inexact"] == entry["inexact"]
+                config = tuning.config_from_record(held.ln_spec.FWD, new["config"])
+                assert config.tag == (w1 if bucket == "n_cols=1024" else w32).tag
+            else:
+                assert new == entry, (name, bucket)
+    assert json.loads(path.read_bytes()) == after
+
+    nothing = tmp_path / "none.json"
+    held.write_candidate(str(nothing), {8192: configs[8192]}, times)
+    assert not nothing.exists()
+
+
 def test_experiment_norm_size_arguments():
     """benchmarks/experiment_norm_size.py names a bad op, timer or path before looking for
     a GPU, and says so when there is none."""
@@ -624,6 +670,29 @@ def test_norm_retune_run_without_a_gpu(tmp_path):
         "gpu_tests.log"].decode()
     with open(os.path.join(ROOT, "kernel_src", "tuned", "sm90.json"), "rb") as f:
         assert files["sm90-before.json"] == files["sm90.json"] == f.read()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU the script times and builds")
+def test_held_row_run_without_a_gpu(tmp_path):
+    """benchmarks/held_row_run.sh (the held-row experiment, its A/B and tests, session 37's
+    W_FP32 trial as one device call): refuses a bad budget and a missing OUT; without a GPU
+    the experiment says so and writes no candidate, so the A/B and the GPU tests skip, saying
+    why; the trial's patch still applies to this checkout (its step runs), and the logs come
+    back in one archive."""
+    import tarfile
+    script = os.path.join(ROOT, "benchmarks", "held_row_run.sh")
+    env = _device_script_refuses(script, tmp_path, "60", ((["abc"], "must be a whole number"),))
+    done = subprocess.run(["bash", script, "120"], env={**env, "OUT": str(tmp_path)},
+                          capture_output=True, text=True, timeout=300)
+    assert "== compare_tables: skipped, no candidate table" in done.stdout, done.stdout
+    assert "== gpu_tests: skipped, no build of a candidate table" in done.stdout, done.stdout
+    assert "== w_fp32 (" in done.stdout, done.stdout
+    with tarfile.open(tmp_path / "held_row.tgz") as archive:
+        logs = {os.path.basename(m.name): archive.extractfile(m).read().decode()
+                for m in archive.getmembers() if m.name.endswith(".log")}
+    assert sorted(logs) == ["held_row.log", "w_fp32.log"]
+    assert "no CUDA device" in logs["held_row.log"]
+    assert logs["w_fp32.log"].count("== round") == 2
 
 
 def test_norm_sweep_run_refusals_and_archive(tmp_path):

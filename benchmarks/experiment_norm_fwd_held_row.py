@@ -21,7 +21,6 @@ the AOT builds (benchmarks/held_row_run.sh); the bucket's other lengths keep wha
       [--rounds 2] [--compile-only] [--candidate-table PATH]
 """
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -144,8 +143,9 @@ def main():
 def write_candidate(path, configs, times):
     """The sm90 table with candidate_configs' choices, atomically to `path`, and what it
     chose printed; nothing written where nothing is chosen."""
-    with open(tuning.table_path("sm90")) as f:
-        table = json.load(f)
+    from liger_aot.build_tools.aot import atomic_write
+
+    _, table = tuning.read_table(tuning.table_path("sm90"), "sm90")
     chosen = candidate_configs(configs, times)
     for n, (config, table_ms, ms) in sorted(chosen.items()):
         print(f"candidate: N {n}: held on {config.num_warps} warps, {ms:.4f} ms against the "
@@ -157,10 +157,7 @@ def write_candidate(path, configs, times):
     entries = table["specs"][ln_spec.FWD.name]
     for n, (config, _, _) in chosen.items():
         entries[tuning.bucket_key(ln_spec.FWD, (n,))]["config"] = tuning.config_record(config)
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(tuning.format_table(table))
-    os.replace(tmp, path)
+    atomic_write(path, tuning.format_table(table))
     print(f"candidate: wrote {path}", flush=True)
 
 

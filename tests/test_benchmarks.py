@@ -419,7 +419,7 @@ def test_experiment_norm_fwd_held_row_arguments():
                          line), line
 
 
-def test_experiment_norm_fwd_held_row_candidate_table(tmp_path, monkeypatch):
+def test_experiment_norm_fwd_held_row_candidate_table(tmp_path):
     """--candidate-table's choice (benchmarks/held_row_run.sh A/Bs it): a row length takes its
     fastest held config only where that config's median is at least 1% under the table
     config's, a failed round (NaN) never wins, and the table written loads, with only the

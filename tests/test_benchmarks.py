@@ -465,6 +465,47 @@ def test_experiment_norm_fwd_held_row_candidate_table(tmp_path):
     assert not nothing.exists()
 
 
+def test_experiment_norm_fwd_body_arguments_and_kernels():
+    """benchmarks/experiment_norm_fwd_body.py refuses bad --cases by name and says when there
+    is no GPU; each of its kernel's variants computes LayerNorm (the interpreter, against fp32
+    torch, the statistics where it stores them); --compile-only reports each variant's sm90
+    registers and SASS instructions."""
+    script = os.path.join(ROOT, "benchmarks", "experiment_norm_fwd_body.py")
+    _assert_refuses(script, ((["--cases", "1000:1"], "N must be a power of two from 256"),
+                             (["--cases", "1024"], "'1024' is not N:warps"),
+                             (["--cases", "1024:32"], "8-64 columns a thread"),
+                             (["--rounds", "0"], "--rounds must be at least 1"),
+                             (["--cases", "1024:1"], "no CUDA device")))
+    body = load_benchmark("experiment_norm_fwd_body")
+    m, n = 5, 256
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.randn(m, n, generator=gen) + 3.0).to(torch.bfloat16)
+    w = (1 + 0.1 * torch.randn(n, generator=gen)).to(torch.bfloat16)
+    b = (0.1 * torch.randn(n, generator=gen)).to(torch.bfloat16)
+    ref = torch.nn.functional.layer_norm(x.float(), (n,), w.float(), b.float(), body.EPS)
+    for name, two_pass, stats, static in body.VARIANTS:
+        y = torch.zeros_like(x)
+        mean, rstd = torch.full((m,), -1.0), torch.full((m,), -1.0)
+        body.layer_norm_row[(m,)](y, x, w, b, mean, rstd, x.stride(0), body.EPS,
+                                  **body.kernel_args(n, two_pass, stats, static), num_warps=1)
+        assert ((y.float() - ref).norm() / ref.norm()).item() < 1e-2, name
+        if stats:
+            var = x.float().var(1, unbiased=False)
+            assert torch.allclose(mean, x.float().mean(1), atol=1e-5), name
+            assert torch.allclose(rstd, (var + body.EPS).rsqrt(), rtol=1e-4), name
+        else:
+            assert (mean == -1).all() and (rstd == -1).all(), name
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, script, "--compile-only", "--cases", "1024:2"],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert len(lines) == len(body.VARIANTS), lines
+    for line, (name, *_) in zip(lines, body.VARIANTS):
+        assert re.search(rf"N  1024  2 warps {name} *: regs +\d+, [1-9]\d+ SASS instructions",
+                         line), line
+
+
 def test_experiment_norm_size_arguments():
     """benchmarks/experiment_norm_size.py names a bad op, timer or path before looking for
     a GPU, and says so when there is none."""

@@ -1,4 +1,5 @@
-"""Two tuned tables side by side: the norms timed on the build of each.
+"""Two tuned tables side by side: the norms timed on the build of each. Or, with
+--base-patch, two versions of the code: this checkout against itself with a patch taken back.
 
 `liger-aot tune` measures each bucket at its power of two; the bucket's entry also serves
 every row length down to the next power of two (an exact-length entry through its inexact
@@ -15,6 +16,13 @@ GPU's clocks falls on both tables alike.
   python benchmarks/compare_tables.py --base OLD.json [--new NEW.json] [--arch sm90]
       [--ops rms_norm,layer_norm] [--ns 896,1024,...] [--rounds 2] [--jobs 16]
       [--work DIR] [--out DIR] [--dry-run]
+
+  python benchmarks/compare_tables.py --base-patch CHANGE.patch [--base OLD.json] ...
+
+--base-patch: the base stage is the sources with CHANGE.patch reversed (`git apply -R`, its
+files under liger_aot, kernel_src, build_tools and benchmarks; made by `git diff` or `git
+format-patch` from the checkout's root), its table --base or the new one: a kernel or op
+change A/B'd on the same table, e.g. `git diff HEAD~1 > change.patch`.
 
 An old table: `git show <rev>:kernel_src/tuned/sm90.json > old.json`. Prints a table of
 medians by op, row length and pass, with whether the two tables give the op another
@@ -85,7 +93,10 @@ def parse_args(argv=None):
                                 epilog="An old table: git show <rev>:kernel_src/tuned/sm90.json "
                                        "> old.json",
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--base", required=True, help="the table to compare against (a file)")
+    p.add_argument("--base", help="the table to compare against (a file; with --base-patch "
+                                  "default: the new table)")
+    p.add_argument("--base-patch", help="a patch the base stage's sources take back (git "
+                                        "apply -R): the code before a change")
     p.add_argument("--new", help="the candidate table (default: this checkout's "
                                  "kernel_src/tuned/<arch>.json)")
     p.add_argument("--arch", default="sm90", help="the arch both tables are for (default sm90)")
@@ -122,6 +133,13 @@ def parse_args(argv=None):
     if any(n > 2**26 for n in ns):
         p.error("--ns: a row of more than 2^26 elements, the suite's norm size")
     args.new = args.new or tuning.table_path(args.arch)
+    if args.base_patch:
+        if not os.path.isfile(args.base_patch):
+            p.error(f"--base-patch: {args.base_patch}: no such file")
+        args.base_patch = os.path.abspath(args.base_patch)
+        args.base = args.base or args.new
+    elif not args.base:
+        p.error("--base (a table) or --base-patch (a change) is needed: nothing to compare")
     # absolute: the children run in the stages
     args.work, args.out = os.path.abspath(args.work), os.path.abspath(args.out)
     args.sha256 = {}  # label -> the table's sha256, each file read once
@@ -132,15 +150,16 @@ def parse_args(argv=None):
             p.error(f"--{label}: {getattr(args, label)}: no such file")
         except ValueError as e:
             p.error(f"--{label}: {e}")
-    if args.sha256["base"] == args.sha256["new"]:
+    if args.sha256["base"] == args.sha256["new"] and not args.base_patch:
         p.error("--base and --new are the same table: nothing to compare")
     return args
 
 
-def stage(table: str, directory: str, arch: str):
-    """A copy of the sources under `directory` with `table` as the arch's tuned table.
-    liger_aot's links to kernel_src and build_tools stay links, into the copy. A directory
-    left by an earlier run is replaced; any other is refused, never deleted."""
+def stage(table: str, directory: str, arch: str, reverse_patch: str | None = None):
+    """A copy of the sources under `directory` with `table` as the arch's tuned table (and
+    `reverse_patch` taken back). liger_aot's links to kernel_src and build_tools stay links,
+    into the copy. A directory left by an earlier run is replaced; any other is refused, never
+    deleted."""
     if os.path.lexists(directory):
         if not os.path.isfile(os.path.join(directory, STAGE_MARK)):
             raise SystemExit(f"{directory} exists and is not a stage of this script: "
@@ -153,6 +172,20 @@ def stage(table: str, directory: str, arch: str):
     shutil.copyfile(table, os.path.join(directory, "kernel_src", "tuned", f"{arch}.json"))
     with open(os.path.join(directory, STAGE_MARK), "w") as f:
         f.write(f"{os.path.abspath(table)}\n")
+    if reverse_patch:
+        take_back(reverse_patch, directory)
+
+
+def take_back(patch: str, directory: str):
+    """`git apply -R` of patch's files under STAGED in `directory`, as a plain patch tool
+    (no repository above the stage is looked for); SystemExit with git's reason where it
+    does not apply."""
+    env = dict(os.environ, GIT_CEILING_DIRECTORIES=os.path.dirname(os.path.abspath(directory)))
+    argv = ["git", "apply", "-R", *(f"--include={name}/*" for name in STAGED), patch]
+    done = subprocess.run(argv, cwd=directory, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"--base-patch: {patch} does not come off the sources: "
+                         f"{done.stderr.strip()}")
 
 
 def child_env(stage_dir: str, artifacts: str) -> dict:
@@ -308,8 +341,10 @@ def run_in_stage(args, label: str, argv: list, capture: bool = False) -> str | N
 def main(argv=None):
     args = parse_args(argv)
     tables = {"base": args.base, "new": args.new}
+    patches = {"base": args.base_patch, "new": None}
     for label in LABELS:
-        print(f"{label}: {tables[label]} (sha256 {args.sha256[label][:12]})")
+        print(f"{label}: {tables[label]} (sha256 {args.sha256[label][:12]})"
+              + (f", the sources without {patches[label]}" if patches[label] else ""))
     if args.dry_run:
         for label in LABELS:
             cmds = commands(args, label, 0)
@@ -322,7 +357,7 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     configs = {}
     for label in LABELS:
-        stage(tables[label], stage_dir(args, label), args.arch)
+        stage(tables[label], stage_dir(args, label), args.arch, patches[label])
         cmds = commands(args, label, 0)
         run_in_stage(args, label, cmds["build"])
         run_in_stage(args, label, cmds["verify"])
@@ -335,7 +370,8 @@ def main(argv=None):
         print("\n".join(round_lines(label, r, rows)), flush=True)
         rounds[label].append(rows)
     records = merge(rounds, configs)
-    print(f"\nbase {args.base} against new {args.new}, {args.arch}, 2^26 elements, medians "
+    base = args.base + (f" without {args.base_patch}" if args.base_patch else "")
+    print(f"\nbase {base} against new {args.new}, {args.arch}, 2^26 elements, medians "
           f"of {args.rounds} round(s), from CUDA graphs (bwd: with the weight gradient):")
     print("\n".join(table_lines(records)))
     path = os.path.join(args.out, "compare_tables.csv")

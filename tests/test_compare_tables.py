@@ -141,6 +141,41 @@ def test_stage_copies_the_sources_with_the_table(tmp_path):
     assert (foreign / "keep.txt").read_text() == "mine"
 
 
+def _change_patch(tmp_path) -> str:
+    """A patch whose new side is this checkout: kernel_src/rms_norm/spec.py gained a first
+    line (so taking it back removes that line), and a tests/ file the stage never holds."""
+    import difflib
+
+    def diff(path, old):
+        new = open(os.path.join(ROOT, path)).read().splitlines(keepends=True)
+        return "".join(difflib.unified_diff(old(new), new, f"a/{path}", f"b/{path}"))
+    text = (diff("kernel_src/rms_norm/spec.py", lambda lines: lines[1:])
+            + diff("tests/test_compare_tables.py", lambda lines: ["# gone\n"] + lines))
+    path = tmp_path / "change.patch"
+    path.write_text(text)
+    return str(path)
+
+
+def test_base_patch_stages_the_sources_before_the_change(tmp_path, capsys):
+    """--base-patch: the base stage takes the patch back (its files outside the staged
+    sources skipped), the table defaults to the new one; a patch that does not come off
+    the sources stops the run with git's reason, and a missing file is refused."""
+    patch = _change_patch(tmp_path)
+    args = C.parse_args(["--base-patch", patch, "--work", str(tmp_path / "w")])
+    assert args.base == args.new == TABLE and args.base_patch == patch
+    assert "no such file" in _error(capsys, ["--base-patch", str(tmp_path / "none.patch")])
+    assert "nothing to compare" in _error(capsys, [])
+    stage = tmp_path / "w" / "stage-base"
+    C.stage(TABLE, str(stage), "sm90", patch)
+    spec = os.path.join("kernel_src", "rms_norm", "spec.py")
+    with open(os.path.join(ROOT, spec)) as f:
+        assert (stage / spec).read_text() == "".join(f.readlines()[1:])
+    assert (stage / "benchmarks" / "suite.py").read_text() == open(
+        os.path.join(ROOT, "benchmarks", "suite.py")).read()
+    with pytest.raises(SystemExit, match="does not come off the sources"):
+        C.take_back(patch, str(stage))  # taken back already: the stage lacks the line
+
+
 def _verify(stage, artifacts):
     env = C.child_env(str(stage), str(artifacts))
     return subprocess.run([sys.executable, "-c", C.VERIFY, str(stage), "sm90"], cwd=str(stage),

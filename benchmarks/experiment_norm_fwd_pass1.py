@@ -299,10 +299,10 @@ def main():
             y = torch.empty_like(x)
             stats = torch.empty(2, m, device="cuda")
             if op == "layer_norm":
-                args_ = (y, x, w, b, stats[0], stats[1], m, n, n, n, EPS, 1)
+                args_ = (y, x, w, b, stats[0], stats[1], m, n, n, n, EPS, 1, 1)
                 options = {}
             else:
-                args_ = (y, x, w, stats[1], m, n, n, n, EPS, 0.0, y, x, n, n, 0)
+                args_ = (y, x, w, stats[1], m, n, n, n, EPS, 0.0, y, x, n, n, 0, 1)
                 options = {"CASTING": 0}
 
             def library(fn=fn, args_=args_, config=config, options=options, y=y):

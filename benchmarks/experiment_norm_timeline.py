@@ -106,28 +106,29 @@ def _stamp_end(T):
 
 @triton.jit
 def rms_norm_fwd_stamped(T, Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, offset,
-                         S, R, stride_s, stride_r, has_residual,
+                         S, R, stride_s, stride_r, has_residual, store_stats,
                          CASTING: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                          LOOP: tl.constexpr, STAGES: tl.constexpr,
                          PROGRAMS_PER_SM: tl.constexpr, PASS1_BLOCK: tl.constexpr = 0,
                          EXACT_N: tl.constexpr = 0):
     _stamp_start(T)
     rms_kernels.rms_norm_fwd(Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, offset,
-                             S, R, stride_s, stride_r, has_residual, CASTING, BLOCK_M,
-                             BLOCK_N, LOOP, STAGES, PROGRAMS_PER_SM, PASS1_BLOCK, EXACT_N)
+                             S, R, stride_s, stride_r, has_residual, store_stats, CASTING,
+                             BLOCK_M, BLOCK_N, LOOP, STAGES, PROGRAMS_PER_SM, PASS1_BLOCK,
+                             EXACT_N)
     _stamp_end(T)
 
 
 @triton.jit
 def layer_norm_fwd_stamped(T, Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y, stride_x, eps,
-                           has_bias, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                           LOOP: tl.constexpr, STAGES: tl.constexpr,
+                           has_bias, store_stats, BLOCK_M: tl.constexpr,
+                           BLOCK_N: tl.constexpr, LOOP: tl.constexpr, STAGES: tl.constexpr,
                            PROGRAMS_PER_SM: tl.constexpr, PASS1_BLOCK: tl.constexpr = 0,
                            EXACT_N: tl.constexpr = 0, HOLD_ROW: tl.constexpr = 0):
     _stamp_start(T)
     ln_kernels.layer_norm_fwd(Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y, stride_x, eps,
-                              has_bias, BLOCK_M, BLOCK_N, LOOP, STAGES, PROGRAMS_PER_SM,
-                              PASS1_BLOCK, EXACT_N, HOLD_ROW)
+                              has_bias, store_stats, BLOCK_M, BLOCK_N, LOOP, STAGES,
+                              PROGRAMS_PER_SM, PASS1_BLOCK, EXACT_N, HOLD_ROW)
     _stamp_end(T)
 
 

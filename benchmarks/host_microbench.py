@@ -150,7 +150,7 @@ def cases():
     rstd = torch.empty(1, dtype=torch.float32)
     rms_config = rms_spec.select_config(4096)
     options = (("CASTING", 0),)
-    rms_args = (y, x, w, rstd, 1, 4096, 4096, 4096, 1e-6, 0.0, y, x, 4096, 4096, 0)
+    rms_args = (y, x, w, rstd, 1, 4096, 4096, 4096, 1e-6, 0.0, y, x, 4096, 4096, 0, 1)
 
     def kernel_rms():
         rms((1,), *rms_args, dtype=dt, config=rms_config, options=options)

@@ -374,7 +374,7 @@ def rms_norm_fwd(fn, t, config):
     x, rows, n = t["x"], *t["x"].shape
     s, r = (t["s"], t["r"]) if "r" in t else (t["y"], x)
     _run(fn, block_grid(rows, x.get_device(), config),
-         (t["y"], x, t["w"], t["rstd"], rows, n, n, n, EPS, 0.0, s, r, n, n, int("r" in t)),
+         (t["y"], x, t["w"], t["rstd"], rows, n, n, n, EPS, 0.0, s, r, n, n, int("r" in t), 1),
          config, CASTING=0)
 
 
@@ -391,7 +391,7 @@ def rms_norm_bwd(fn, t, config):
 def layer_norm_fwd(fn, t, config):
     x, rows, n = t["x"], *t["x"].shape
     _run(fn, block_grid(rows, x.get_device(), config),
-         (t["y"], x, t["w"], t["b"], t["mean"], t["rstd"], rows, n, n, n, EPS, 1), config)
+         (t["y"], x, t["w"], t["b"], t["mean"], t["rstd"], rows, n, n, n, EPS, 1, 1), config)
 
 
 def layer_norm_bwd(fn, t, config):

@@ -86,6 +86,38 @@ def test_norms(hidden, dtype):
           lambda x, r, w: rms_ref(x + r, w) + (x + r), x, r, w, dtype=dtype)
 
 
+# 1K-8K: the table's whole-row and exact-length looped configs; 20000: looped; 65536: grouped
+@pytest.mark.parametrize("hidden", [1024, 2048, 4096, 8192, 20000, 65536])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_norm_forwards_without_a_backward(monkeypatch, hidden, dtype):
+    """Under torch.no_grad the norm ops launch with store_stats 0: the same outputs, bit for
+    bit, as in grad mode (same kernel, same config), and the statistics' placeholder (sized
+    for every row, so a kernel that wrote anyway would show) left alone. The grouped forward
+    (65536) writes its statistics either way, into buffers of its own."""
+    from liger_aot.ops import layer_norm as ln_mod
+    from liger_aot.ops import rms_norm as rms_mod
+    from liger_aot.ops.layer_norm import layer_norm
+    from liger_aot.ops.rms_norm import fused_add_rms_norm, rms_norm
+
+    rows = 300
+    placeholder = torch.full((2 * rows,), -123.0, device=DEV)
+    for mod in (ln_mod, rms_mod):
+        monkeypatch.setattr(mod, "unused_stats", lambda device: placeholder)
+    x = torch.randn(rows, hidden, device=DEV, dtype=dtype) + 1
+    r = torch.randn(rows, hidden, device=DEV, dtype=dtype)
+    w = torch.randn(hidden, device=DEV, dtype=dtype).requires_grad_()
+    b = torch.randn(hidden, device=DEV, dtype=dtype)
+    calls = (lambda: (rms_norm(x, w, 1e-6),), lambda: (layer_norm(x, w, b, 1e-6),),
+             lambda: (layer_norm(x, w, None, 1e-6),),
+             lambda: fused_add_rms_norm(x, r, w, 1e-6))
+    for call in calls:
+        with torch.no_grad():
+            got = call()
+        want = call()  # w requires grad: a backward may follow
+        assert all(torch.equal(a, c.detach()) for a, c in zip(got, want))
+    assert (placeholder == -123.0).all(), "a forward wrote its statistics anyway"
+
+
 def _table_staged(name):
     """{bucket: config} of the staged configs the sm90 table chose for a norm forward."""
     from liger_aot.kernel_src import tuning

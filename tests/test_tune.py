@@ -873,7 +873,7 @@ def test_tune_end_to_end_in_the_interpreter(tables, tmp_path):
     from liger_aot.ops.rms_norm import _fwd
     y = torch.empty_like(x)
     rstd = torch.empty(5, dtype=torch.float32)
-    _fwd.launch((1,), y, x, w, rstd, 5, 50, 50, 50, 1e-6, 0.0, y, x, 50, 50, 0,
+    _fwd.launch((1,), y, x, w, rstd, 5, 50, 50, 50, 1e-6, 0.0, y, x, 50, 50, 0, 1,
                 dtype=x.dtype, config=got, options=(("CASTING", 0),))
     ref = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)).to(
         x.dtype) * w

@@ -85,9 +85,9 @@ def _mean_rstd(shift, sum1, sum2, n_cols, eps):
 
 @triton.jit
 def _fwd_block(block, Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y, stride_x, eps,
-               has_bias, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LOOP: tl.constexpr,
-               STAGES: tl.constexpr, PASS1_BLOCK: tl.constexpr, EXACT_N: tl.constexpr,
-               HOLD_ROW: tl.constexpr):
+               has_bias, store_stats, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               LOOP: tl.constexpr, STAGES: tl.constexpr, PASS1_BLOCK: tl.constexpr,
+               EXACT_N: tl.constexpr, HOLD_ROW: tl.constexpr):
     """The forward of row block `block` (BLOCK_M rows)."""
     cols = tl.arange(0, BLOCK_N)
     # block * BLOCK_M < n_rows fits int32; rows in int64 for the address arithmetic
@@ -160,18 +160,19 @@ def _fwd_block(block, Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y, stride_x
         else:
             _looped_normalize(x_row, y_row, Y, W, B, row_mask, cols, n_cols, mean, rstd,
                               BLOCK_N, STAGES, False)
-    if BLOCK_M == 1:
-        # scalar stores: a [1] store converts its value through shared memory first
-        tl.store(MEAN + block, tl.sum(tl.sum(mean, axis=1), axis=0))
-        tl.store(RSTD + block, tl.sum(tl.sum(rstd, axis=1), axis=0))
-    else:
-        tl.store(MEAN + rows[:, None], mean, mask=row_mask[:, None])
-        tl.store(RSTD + rows[:, None], rstd, mask=row_mask[:, None])
+    if store_stats != 0:
+        if BLOCK_M == 1:
+            # scalar stores: a [1] store converts its value through shared memory first
+            tl.store(MEAN + block, tl.sum(tl.sum(mean, axis=1), axis=0))
+            tl.store(RSTD + block, tl.sum(tl.sum(rstd, axis=1), axis=0))
+        else:
+            tl.store(MEAN + rows[:, None], mean, mask=row_mask[:, None])
+            tl.store(RSTD + rows[:, None], rstd, mask=row_mask[:, None])
 
 
 @triton.jit
 def layer_norm_fwd(Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y, stride_x, eps, has_bias,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LOOP: tl.constexpr,
+                   store_stats, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LOOP: tl.constexpr,
                    STAGES: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr,
                    PASS1_BLOCK: tl.constexpr = 0, EXACT_N: tl.constexpr = 0,
                    HOLD_ROW: tl.constexpr = 0):
@@ -179,20 +180,22 @@ def layer_norm_fwd(Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y, stride_x, e
     program per block, k > 0 about k per SM); STAGES blocks' loads in flight (whole rows) or
     column blocks' (looped rows). PASS1_BLOCK: looped rows' pass-1 chunk (0: BLOCK_N).
     EXACT_N 1: rows of exactly PASS1_BLOCK columns, compiled in (see the RMSNorm family's).
-    HOLD_ROW 1 (with EXACT_N): pass 2 from the row pass 1 loaded, not read again."""
+    HOLD_ROW 1 (with EXACT_N): pass 2 from the row pass 1 loaded, not read again.
+    store_stats 0: mean and rstd are not written (no backward will read them; under
+    torch.no_grad that saved 1-2% of the time at 1K-2K columns, session 41)."""
     if LOOP and PROGRAMS_PER_SM == 0:
         # Looped rows, one program per row: no block loop around them (see the RMSNorm
         # family's forward; H200: 16K-64K 1-2 points of copy faster with the single
         # reduction of pass 1)
         _fwd_block(tl.program_id(0), Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y,
-                   stride_x, eps, has_bias, BLOCK_M, BLOCK_N, LOOP, STAGES, PASS1_BLOCK,
-                   EXACT_N, HOLD_ROW)
+                   stride_x, eps, has_bias, store_stats, BLOCK_M, BLOCK_N, LOOP, STAGES,
+                   PASS1_BLOCK, EXACT_N, HOLD_ROW)
     else:
         for block in tl.range(tl.program_id(0), tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0),
                               num_stages=1 if LOOP else STAGES):
             _fwd_block(block, Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y, stride_x, eps,
-                       has_bias, BLOCK_M, BLOCK_N, LOOP, STAGES, PASS1_BLOCK, EXACT_N,
-                       HOLD_ROW)
+                       has_bias, store_stats, BLOCK_M, BLOCK_N, LOOP, STAGES, PASS1_BLOCK,
+                       EXACT_N, HOLD_ROW)
 
 
 @triton.jit
@@ -437,7 +440,7 @@ def _staged_normalize(ring, w_buf, b_buf, W, B, y_row, Y, k, mean, rstd, n_rows,
 
 @gluon.jit
 def layer_norm_fwd_staged(Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y, stride_x, eps,
-                          has_bias, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                          has_bias, store_stats, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                           LOOP: gl.constexpr, STAGES: gl.constexpr,
                           PROGRAMS_PER_SM: gl.constexpr, STAGED: gl.constexpr,
                           W_SHARED: gl.constexpr):
@@ -477,8 +480,9 @@ def layer_norm_fwd_staged(Y, X, W, B, MEAN, RSTD, n_rows, n_cols, stride_y, stri
                 d = gl.where(j * BLOCK_N + offs < n_cols, d, 0.0)
                 acc += d * d
         rstd = 1.0 / gl.sqrt(gl.sum(acc, axis=0) / n_cols + eps)
-        gl.store(MEAN + row, mean)
-        gl.store(RSTD + row, rstd)
+        if store_stats != 0:
+            gl.store(MEAN + row, mean)
+            gl.store(RSTD + row, rstd)
         y_row = Y + row.to(gl.int64) * stride_y
         if has_bias != 0:
             _staged_normalize(ring, w_buf, b_buf, W, B, y_row, Y, k, mean, rstd, n_rows,

@@ -63,7 +63,9 @@ FWD = KernelSpec(
             Param("MEAN", "ptr", dtype="fp32"), Param("RSTD", "ptr", dtype="fp32"),
             Param("n_rows", "i32"), Param("n_cols", "i32", divisible=True),
             Param("stride_y", "i64", divisible=True), Param("stride_x", "i64", divisible=True),
-            Param("eps", "fp32"), Param("has_bias", "i32")),
+            Param("eps", "fp32"), Param("has_bias", "i32"),
+            # 0: mean and rstd are not written (the op's forward when no backward reads them)
+            Param("store_stats", "i32")),
     configs=CONFIGS, rule=select_config,
     # PASS1_BLOCK, looped rows' pass-1 chunk: 0 (BLOCK_N) but in tuned configs; EXACT_KEY,
     # the row length compiled in, and HOLD_KEY, pass 2 from pass 1's registers

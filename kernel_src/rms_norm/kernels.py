@@ -142,7 +142,7 @@ def _looped_rows(x_row, r_row, s_row, y_row, W, row_mask, cols, n_cols, eps, off
 
 @triton.jit
 def _fwd_block(block, cols, Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, offset,
-               S, R, stride_s, stride_r, has_residual, CASTING: tl.constexpr,
+               S, R, stride_s, stride_r, has_residual, store_stats, CASTING: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, LOOP: tl.constexpr,
                STAGES: tl.constexpr, PASS1_BLOCK: tl.constexpr, EXACT_N: tl.constexpr):
     """The forward of row block `block` (BLOCK_M rows); cols = tl.arange(0, BLOCK_N)."""
@@ -181,12 +181,13 @@ def _fwd_block(block, cols, Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, e
             rstd = _looped_rows(x_row, r_row, s_row, y_row, W, row_mask, cols, n_cols,
                                 eps, offset, Y, CASTING, BLOCK_M, BLOCK_N, STAGES, False,
                                 PASS1_BLOCK)
-    tl.store(RSTD + rows, rstd, mask=row_mask)
+    if store_stats != 0:
+        tl.store(RSTD + rows, rstd, mask=row_mask)
 
 
 @triton.jit
 def rms_norm_fwd(Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, offset,
-                 S, R, stride_s, stride_r, has_residual,
+                 S, R, stride_s, stride_r, has_residual, store_stats,
                  CASTING: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  LOOP: tl.constexpr, STAGES: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr,
                  PASS1_BLOCK: tl.constexpr = 0, EXACT_N: tl.constexpr = 0):
@@ -195,7 +196,8 @@ def rms_norm_fwd(Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, offset,
     keeps STAGES blocks' loads in flight. Looped rows pipeline their column loops instead;
     PASS1_BLOCK is their pass 1's chunk (0: BLOCK_N; see _looped_rows). EXACT_N 1: rows of
     exactly PASS1_BLOCK columns, that length compiled in (n_cols unread; see
-    kernel_src/spec.py, exact_length)."""
+    kernel_src/spec.py, exact_length). store_stats 0: rstd is not written (no backward will
+    read it; under torch.no_grad that saved 1-2% of the time at 1K-2K columns, session 41)."""
     # cols and n_blocks outside the block loop, as before it moved into _fwd_block: the
     # whole-row tiles of several rows keep their sm90 machine code that way
     cols = tl.arange(0, BLOCK_N)
@@ -205,15 +207,15 @@ def rms_norm_fwd(Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, offset,
         # and an H200 read 2048 x 32768 at 85% of copy without it, 83% with. Whole rows keep
         # the loop: without it the 1K and 8K forwards lost 2-3 points.
         _fwd_block(tl.program_id(0), cols, Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x,
-                   eps, offset, S, R, stride_s, stride_r, has_residual, CASTING, BLOCK_M,
-                   BLOCK_N, LOOP, STAGES, PASS1_BLOCK, EXACT_N)
+                   eps, offset, S, R, stride_s, stride_r, has_residual, store_stats, CASTING,
+                   BLOCK_M, BLOCK_N, LOOP, STAGES, PASS1_BLOCK, EXACT_N)
     else:
         n_blocks = tl.cdiv(n_rows, BLOCK_M)
         for block in tl.range(tl.program_id(0), n_blocks, tl.num_programs(0),
                               num_stages=1 if LOOP else STAGES):
             _fwd_block(block, cols, Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps,
-                       offset, S, R, stride_s, stride_r, has_residual, CASTING, BLOCK_M,
-                       BLOCK_N, LOOP, STAGES, PASS1_BLOCK, EXACT_N)
+                       offset, S, R, stride_s, stride_r, has_residual, store_stats, CASTING,
+                       BLOCK_M, BLOCK_N, LOOP, STAGES, PASS1_BLOCK, EXACT_N)
 
 
 @triton.jit
@@ -470,7 +472,7 @@ def _normalize_staged(xf, w, rstd, offset, Y, CASTING: gl.constexpr):
 
 @gluon.jit
 def rms_norm_fwd_staged(Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, offset,
-                        S, R, stride_s, stride_r, has_residual,
+                        S, R, stride_s, stride_r, has_residual, store_stats,
                         CASTING: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                         LOOP: gl.constexpr, STAGES: gl.constexpr,
                         PROGRAMS_PER_SM: gl.constexpr, STAGED: gl.constexpr,
@@ -498,7 +500,8 @@ def rms_norm_fwd_staged(Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, 
             x = staged_rows.ring_chunk(ring, k, j, layout, STAGED, STAGES, True)
             acc += x * x
         rstd = 1.0 / gl.sqrt(gl.sum(acc, axis=0) / n_cols + eps)
-        gl.store(RSTD + row, rstd)
+        if store_stats != 0:
+            gl.store(RSTD + row, rstd)
         y_row = Y + row.to(gl.int64) * stride_y
         w_next = staged_rows.weight_chunk(w_buf, W, n_cols, offs, 0, layout, W_SHARED, BLOCK_N)
         for j in gl.static_range(STAGED):

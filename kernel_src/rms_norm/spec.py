@@ -95,7 +95,9 @@ FWD = KernelSpec(
             # placeholders (the op passes Y and X, so the alignment class is unchanged)
             Param("S", "ptr"), Param("R", "ptr"),
             Param("stride_s", "i64", divisible=True), Param("stride_r", "i64", divisible=True),
-            Param("has_residual", "i32")),
+            Param("has_residual", "i32"),
+            # 0: rstd is not written (the op's forward when no backward will read it)
+            Param("store_stats", "i32")),
     options={"CASTING": (0, 1, 2)},
     configs=CONFIGS, rule=select_config,
     # PASS1_BLOCK, looped rows' pass-1 chunk: 0 (BLOCK_N) but in tuned configs; EXACT_KEY,

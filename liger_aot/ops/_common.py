@@ -58,6 +58,25 @@ def row_stride(t2: torch.Tensor) -> int:
     return t2.stride(0) if t2.shape[0] > 1 else t2.shape[1]
 
 
+def backward_follows(*tensors) -> bool:
+    """Whether autograd will record a call on these tensors (None ignored): grad mode on and
+    one of them requiring grad. Where it will not, a forward need not keep what only its
+    backward reads (the norms' row statistics)."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+_unused_stats = {}  # device -> a 16-byte fp32 tensor
+
+
+def unused_stats(device: torch.device) -> torch.Tensor:
+    """The statistics pointer of a norm forward launched with store_stats 0: an fp32 tensor
+    the kernel never reads or writes (aligned, so the launch keeps its alignment class)."""
+    t = _unused_stats.get(device)
+    if t is None:
+        t = _unused_stats[device] = torch.empty(4, dtype=torch.float32, device=device)
+    return t
+
+
 def block_grid(rows: int, device_index: int, config) -> tuple:
     """Grid of a kernel whose programs stride over blocks of BLOCK_M rows: one program per
     block, or with the config's PROGRAMS_PER_SM k > 0 at most k per SM (persistent)."""

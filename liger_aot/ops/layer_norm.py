@@ -12,9 +12,9 @@ from liger_aot.kernel_src.spec import grouped_grid
 from liger_aot.runtime import Kernel
 from liger_aot.runtime._env import grouped_norm_backward, grouped_norm_forward
 
-from ._common import (block_grid, check_float, grouped_backward_applies,
+from ._common import (backward_follows, block_grid, check_float, grouped_backward_applies,
                       grouped_backward_buffers, grouped_layout_applies, multiprocessor_count,
-                      norm_backward_grid, param_vector, row_stride, rows_view,
+                      norm_backward_grid, param_vector, row_stride, rows_view, unused_stats,
                       weight_grad_buffers)
 from ._custom_ops import lazy_custom_op
 
@@ -26,16 +26,20 @@ _bwd_grouped = Kernel(spec.BWD_GROUPED)
 _grouped_devices = {}  # device index -> whether its arch runs the grouped backward
 
 
-def layer_norm_forward(x, weight, bias, eps):
+def layer_norm_forward(x, weight, bias, eps, stats=True):
     """x: (..., n). Returns (y with x's shape, x as rows, mean (rows,), rstd (rows,)) fp32
-    statistics."""
+    statistics. stats False (a forward no backward follows): mean and rstd may be None, not
+    written by the kernel."""
     n = x.shape[-1]
     x2 = rows_view("x", x, n)
     rows = x2.shape[0]
     y = torch.empty((rows, n), dtype=x.dtype, device=x.device)
-    mean = torch.empty(rows, dtype=torch.float32, device=x.device)
-    rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
-    if rows and n and grouped_forward_applies(x2, weight, bias):
+    grouped = bool(rows and n) and grouped_forward_applies(x2, weight, bias)
+    mean = rstd = None
+    if stats or grouped:  # the grouped forward always writes them (1 row in 16K+ columns)
+        mean = torch.empty(rows, dtype=torch.float32, device=x.device)
+        rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
+    if grouped:
         device = x2.get_device()
         config = _fwd_grouped.select_config(device)
         split, programs = grouped_grid(rows, n, multiprocessor_count(device), config)
@@ -47,10 +51,14 @@ def layer_norm_forward(x, weight, bias, eps):
     elif rows and n:
         device = x2.get_device()
         config = _fwd.select_config(device, n, dtype=x.dtype)
+        if not stats:
+            mean_ptr = rstd_ptr = unused_stats(x.device)
+        else:
+            mean_ptr, rstd_ptr = mean, rstd
         _fwd.launch(block_grid(rows, device, config), y, x2, weight,
-                    weight if bias is None else bias, mean, rstd, rows, n,
+                    weight if bias is None else bias, mean_ptr, rstd_ptr, rows, n,
                     row_stride(y), row_stride(x2), float(eps), int(bias is not None),
-                    dtype=x.dtype, config=config)
+                    int(stats), dtype=x.dtype, config=config)
     return y.view(x.shape), x2, mean, rstd
 
 
@@ -182,4 +190,6 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tenso
     bias = param_vector("bias", bias, x, n, optional=True)
     if torch.compiler.is_compiling():
         return layer_norm_fwd_op(x, weight, bias, float(eps))[0]
+    if not backward_follows(x, weight, bias):
+        return layer_norm_forward(x, weight, bias, eps, stats=False)[0]
     return LayerNormFunction.apply(x, weight, bias, eps)

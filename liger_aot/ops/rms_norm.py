@@ -12,10 +12,11 @@ from liger_aot.kernel_src.spec import grouped_grid
 from liger_aot.runtime import Kernel
 from liger_aot.runtime._env import grouped_norm_backward, grouped_norm_forward
 
-from ._common import (block_grid, check_float, check_same_device, check_same_dtype,
-                      check_same_shape, grouped_backward_applies, grouped_backward_buffers,
-                      grouped_layout_applies, multiprocessor_count, norm_backward_grid,
-                      row_stride, rows_view, weight_grad_buffers)
+from ._common import (backward_follows, block_grid, check_float, check_same_device,
+                      check_same_dtype, check_same_shape, grouped_backward_applies,
+                      grouped_backward_buffers, grouped_layout_applies, multiprocessor_count,
+                      norm_backward_grid, row_stride, rows_view, unused_stats,
+                      weight_grad_buffers)
 from ._custom_ops import lazy_custom_op
 
 _fwd = Kernel(spec.FWD)
@@ -42,28 +43,34 @@ def _rows(x):
     return math.prod(x.shape[:-1])
 
 
-def _forward(x, weight, eps, offset, casting, residual=None):
+def _forward(x, weight, eps, offset, casting, residual=None, stats=True):
     """x (and residual): (..., n). Returns (y as rows, s as rows, rstd (rows,) fp32) where s is
-    the normalized input: x itself, or the new tensor x + residual."""
+    the normalized input: x itself, or the new tensor x + residual. stats False (a forward no
+    backward follows): rstd may be None, not written by the kernel."""
     n = x.shape[-1]
     x2 = rows_view("x", x, n)
     rows = x2.shape[0]
     y = torch.empty((rows, n), dtype=x.dtype, device=x.device)
-    rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
     if residual is None:
         s, r2, has_residual = y, x2, 0  # placeholders, never touched
     else:
         r2 = rows_view("residual", residual, n)
         s = torch.empty((rows, n), dtype=x.dtype, device=x.device)
         has_residual = 1
-    if rows and n and grouped_forward_applies(x2, weight, None if residual is None else r2):
+    grouped = bool(rows and n) and grouped_forward_applies(
+        x2, weight, None if residual is None else r2)
+    rstd = None
+    if stats or grouped:  # the grouped forward always writes it (1 row in 16K+ columns)
+        rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
+    if grouped:
         _grouped_forward(y, s, rstd, x2, r2, weight, eps, offset, casting, has_residual)
     elif rows and n:
         device = x2.get_device()
         config = _fwd.select_config(device, n, residual is not None, dtype=x.dtype)
-        _fwd.launch(block_grid(rows, device, config), y, x2, weight, rstd, rows, n,
+        _fwd.launch(block_grid(rows, device, config), y, x2, weight,
+                    rstd if stats else unused_stats(x.device), rows, n,
                     row_stride(y), row_stride(x2), float(eps), float(offset),
-                    s, r2, row_stride(s), row_stride(r2), has_residual,
+                    s, r2, row_stride(s), row_stride(r2), has_residual, int(stats),
                     dtype=x.dtype, config=config, options=(("CASTING", casting),))
     elif has_residual:
         torch.add(x2, r2, out=s)  # no columns: s is empty; rows without columns: same
@@ -339,6 +346,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, offset: f
     casting = _casting(casting_mode)
     if torch.compiler.is_compiling():
         return rms_norm_fwd_op(x, weight, float(eps), float(offset), casting)[0]
+    if not backward_follows(x, weight):
+        return _forward(x, weight, eps, offset, casting, stats=False)[0].view(x.shape)
     return RMSNormFunction.apply(x, weight, eps, offset, casting, bool(in_place))
 
 
@@ -360,5 +369,8 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
         y, s, _ = fused_add_rms_norm_fwd_op(x, residual, weight, float(eps), float(offset),
                                             casting)
         return y, s
+    if not backward_follows(x, residual, weight):
+        y, s2, _ = _forward(x, weight, eps, offset, casting, residual, stats=False)
+        return y.view(x.shape), s2.view(x.shape)
     return FusedAddRMSNormFunction.apply(x, residual, weight, eps, offset, casting,
                                          bool(in_place))

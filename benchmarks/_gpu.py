@@ -38,6 +38,44 @@ def copy_bandwidth() -> float:
     return 2 * x.numel() / (do_bench(lambda: y.copy_(x), return_mode="median") * 1e-3)
 
 
+def parse_row_warps(text: str, min_n: int, max_n: int = 1 << 30) -> list:
+    """--cases 'N:warps,warps;N:warps' -> [(N, warps)]: N a power of two from min_n to max_n,
+    warps a power of two up to 32 with 8-64 columns a thread (one row a program). SystemExit
+    naming the bad item otherwise."""
+    out = []
+    for item in text.split(";"):
+        try:
+            n, warps = item.split(":")
+            pairs = [(int(n), int(w)) for w in warps.split(",")]
+        except ValueError:
+            raise SystemExit(f"--cases: '{item}' is not N:warps[,warps...]") from None
+        for n, w in pairs:
+            if (not min_n <= n <= max_n or n & (n - 1) or not 1 <= w <= 32 or w & (w - 1)
+                    or not 8 <= n // (32 * w) <= 64):
+                upto = f" to {max_n}" if max_n < 1 << 30 else ""
+                raise SystemExit(f"--cases: '{item}': N must be a power of two from {min_n}"
+                                 f"{upto}, warps a power of two up to 32, 8-64 columns a "
+                                 "thread")
+        out += pairs
+    return out
+
+
+def start_timing(op: str) -> float:
+    """The copy bandwidth for a GPU experiment's rates, printed with the card's name, after
+    the checks its timings need: SystemExit without a CUDA device (the experiments'
+    --compile-only runs on a CPU), and the JIT fallback's warning silenced (they time JIT
+    kernels on purpose)."""
+    import warnings
+
+    if not torch.cuda.is_available():
+        raise SystemExit("no CUDA device: this experiment times GPU kernels "
+                         "(--compile-only runs on a CPU)")
+    warnings.filterwarnings("ignore", message=".*compiling it with Triton JIT.*")
+    bw = copy_bandwidth()
+    print(f"{op}: copy {bw / 1e12:.2f} TB/s, {torch.cuda.get_device_name(0)}", flush=True)
+    return bw
+
+
 def checked_timing(fn, err, time_fn, before=None, limit=2e-2) -> tuple:
     """(error, ms, status) of one experiment run: before() (a check that may raise), then
     fn's result checked (err(*fn()) under `limit`), then time_fn(fn); NaNs and the

@@ -37,6 +37,8 @@ import torch.nn.functional as F  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from _gpu import checked_timing, graph_ms, parse_row_warps, start_timing  # noqa: E402
+
 CASES = "1024:1,2;2048:1,2;4096:2,4"
 EPS = 1e-6
 # (name, TWO_PASS, STATS, STATIC_STRIDE) of this script's kernel
@@ -79,22 +81,9 @@ def layer_norm_row(Y, X, W, B, MEAN, RSTD, stride, eps, N: tl.constexpr,
 
 
 def parse_cases(text):
-    """'N:warps,warps;N:warps' -> [(N, warps)]; N a power of two from 256 to 16384, warps a
-    power of two up to 32 with 8-64 columns a thread. SystemExit naming the bad item."""
-    out = []
-    for item in text.split(";"):
-        try:
-            n, warps = item.split(":")
-            pairs = [(int(n), int(w)) for w in warps.split(",")]
-        except ValueError:
-            raise SystemExit(f"--cases: '{item}' is not N:warps[,warps...]") from None
-        for n, w in pairs:
-            if (not 256 <= n <= 16384 or n & (n - 1) or not 1 <= w <= 32 or w & (w - 1)
-                    or not 8 <= n // (32 * w) <= 64):
-                raise SystemExit(f"--cases: '{item}': N must be a power of two from 256 to "
-                                 "16384, warps a power of two up to 32, 8-64 columns a thread")
-        out += pairs
-    return out
+    """'N:warps,warps;N:warps' -> [(N, warps)]; N a power of two from 256 to 16384 (see
+    _gpu.parse_row_warps)."""
+    return parse_row_warps(text, 256, 16384)
 
 
 def kernel_args(n, two_pass, stats, static):
@@ -135,8 +124,6 @@ def compile_only(cases):
 
 def time_case(n, warps_list, elements, bw, times, compiled):
     """One timing of each path at row length n; ms appended to times[(n, label)]."""
-    from _gpu import checked_timing, graph_ms
-
     from liger_aot.ops import layer_norm as ln_mod
 
     m = elements // n
@@ -207,17 +194,7 @@ def main():
         os.environ.pop("TRITON_INTERPRET", None)
         compile_only(cases)
         return
-    if not torch.cuda.is_available():
-        raise SystemExit("no CUDA device: this experiment times GPU kernels "
-                         "(--compile-only runs on a CPU)")
-    import warnings
-
-    from _gpu import copy_bandwidth
-
-    warnings.filterwarnings("ignore", message=".*compiling it with Triton JIT.*")
-    bw = copy_bandwidth()
-    print(f"layer_norm: copy {bw / 1e12:.2f} TB/s, {torch.cuda.get_device_name(0)}",
-          flush=True)
+    bw = start_timing("layer_norm")
     by_n = {}
     for n, warps in cases:
         by_n.setdefault(n, []).append(warps)

@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from _gpu import checked_timing, copy_bandwidth, graph_ms  # noqa: E402
+from _gpu import checked_timing, graph_ms, parse_row_warps, start_timing  # noqa: E402
 from _op_helpers import ForcedConfig  # noqa: E402  (tests/)
 from liger_aot.kernel_src import tuning  # noqa: E402
 from liger_aot.kernel_src.layer_norm import spec as ln_spec  # noqa: E402
@@ -44,22 +44,8 @@ EPS = 1e-6
 
 def parse_cases(text):
     """'N:warps,warps;N:warps' -> [(N, warps)]; N a power of two from 1024 (a bucket of the
-    sm90 table), warps a power of two up to 32 with 8-64 columns a thread. SystemExit
-    naming the bad item otherwise."""
-    out = []
-    for item in text.split(";"):
-        try:
-            n, warps = item.split(":")
-            pairs = [(int(n), int(w)) for w in warps.split(",")]
-        except ValueError:
-            raise SystemExit(f"--cases: '{item}' is not N:warps[,warps...]") from None
-        for n, w in pairs:
-            if (n < 1024 or n & (n - 1) or not 1 <= w <= 32 or w & (w - 1)
-                    or not 8 <= n // (32 * w) <= 64):
-                raise SystemExit(f"--cases: '{item}': N must be a power of two from 1024, "
-                                 "warps a power of two up to 32, 8-64 columns a thread")
-        out += pairs
-    return out
+    sm90 table; see _gpu.parse_row_warps)."""
+    return parse_row_warps(text, 1024)
 
 
 def held(n: int, warps: int) -> Config:
@@ -122,16 +108,7 @@ def main():
     if args.compile_only:
         compile_only(configs)
         return
-    if not torch.cuda.is_available():
-        raise SystemExit("no CUDA device: this experiment times GPU kernels "
-                         "(--compile-only runs on a CPU)")
-
-    import warnings
-
-    warnings.filterwarnings("ignore", message=".*compiling it with Triton JIT.*")
-    bw = copy_bandwidth()
-    print(f"layer_norm: copy {bw / 1e12:.2f} TB/s, {torch.cuda.get_device_name(0)}",
-          flush=True)
+    bw = start_timing("layer_norm")
     times = {}
     for r in range(args.rounds):
         print(f"== round {r + 1}", flush=True)

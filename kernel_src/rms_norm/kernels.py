@@ -197,7 +197,8 @@ def rms_norm_fwd(Y, X, W, RSTD, n_rows, n_cols, stride_y, stride_x, eps, offset,
     PASS1_BLOCK is their pass 1's chunk (0: BLOCK_N; see _looped_rows). EXACT_N 1: rows of
     exactly PASS1_BLOCK columns, that length compiled in (n_cols unread; see
     kernel_src/spec.py, exact_length). store_stats 0: rstd is not written (no backward will
-    read it; under torch.no_grad that saved 1-2% of the time at 1K-2K columns, session 41)."""
+    read it; LayerNorm's two such stores a row cost its forward 1-2% at 1K-2K columns on an
+    H100, session 41)."""
     # cols and n_blocks outside the block loop, as before it moved into _fwd_block: the
     # whole-row tiles of several rows keep their sm90 machine code that way
     cols = tl.arange(0, BLOCK_N)

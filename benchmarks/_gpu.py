@@ -150,6 +150,20 @@ def rms_norm_backward_case(n_rows: int, n_cols: int, device: str = "cuda"):
     return x, dy, w, rstd, error
 
 
+def layer_norm_forward_case(n_rows: int, n_cols: int, eps: float, device: str = "cuda"):
+    """bf16 x (mean about 3), w, b (seed 0) and error(y): y's relative error against
+    F.layer_norm in fp32."""
+    gen = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(n_rows, n_cols, device=device, dtype=torch.bfloat16, generator=gen) + 3.0
+    w = (1 + 0.1 * torch.randn(n_cols, device=device, generator=gen)).to(torch.bfloat16)
+    b = (0.1 * torch.randn(n_cols, device=device, generator=gen)).to(torch.bfloat16)
+    ref = torch.nn.functional.layer_norm(x.float(), (n_cols,), w.float(), b.float(), eps)
+
+    def error(y) -> float:
+        return _rel(y, ref)
+    return x, w, b, error
+
+
 def library_ms(spec_name: str, n: int, bucket: str):
     """A norm spec's kernel at the tuner's unflagged shape of row length n, timed as
     `liger-aot tune` times it (JIT of the shipped kernel; the sm90 table's config for

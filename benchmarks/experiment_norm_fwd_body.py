@@ -37,7 +37,8 @@ import torch.nn.functional as F  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from _gpu import checked_timing, graph_ms, parse_row_warps, start_timing  # noqa: E402
+from _gpu import (checked_timing, graph_ms, layer_norm_forward_case,  # noqa: E402
+                  parse_row_warps, start_timing)
 
 CASES = "1024:1,2;2048:1,2;4096:2,4"
 EPS = 1e-6
@@ -91,13 +92,17 @@ def kernel_args(n, two_pass, stats, static):
 
 
 def compile_only(cases):
-    """sm90 ptxas registers and SASS instructions of each variant (no GPU)."""
+    """sm90 ptxas registers, stack and SASS instructions of each variant (no GPU)."""
     import re
     import subprocess
     import tempfile
 
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                    "tests"))
+    from _sm90 import sm90_usage
 
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin",
                         "cuobjdump")
@@ -114,12 +119,12 @@ def compile_only(cases):
             with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
                 f.write(k.asm["cubin"])
                 f.flush()
-                out = subprocess.run([tool, "-sass", "-res-usage", f.name],
-                                     capture_output=True, text=True, check=True).stdout
-            regs = int(re.search(r"REG:(\d+)", out).group(1))
-            count = len(re.findall(r"^\s+/\*[0-9a-f]{4}\*/", out, re.M))
-            print(f"N {n:5d} {warps:2d} warps {name:22s}: regs {regs:3d}, "
-                  f"{count} SASS instructions", flush=True)
+                sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True,
+                                      check=True).stdout
+            usage = sm90_usage(k.asm["cubin"])
+            count = len(re.findall(r"^\s+/\*[0-9a-f]{4}\*/", sass, re.M))
+            print(f"N {n:5d} {warps:2d} warps {name:22s}: regs {usage['regs']:3d}, stack "
+                  f"{usage['stack']} B, {count} SASS instructions", flush=True)
 
 
 def time_case(n, warps_list, elements, bw, times, compiled):
@@ -127,18 +132,11 @@ def time_case(n, warps_list, elements, bw, times, compiled):
     from liger_aot.ops import layer_norm as ln_mod
 
     m = elements // n
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16, generator=gen) + 3.0
-    w = (1 + 0.1 * torch.randn(n, device="cuda", generator=gen)).to(torch.bfloat16)
-    b = (0.1 * torch.randn(n, device="cuda", generator=gen)).to(torch.bfloat16)
-    ref = F.layer_norm(x.float(), (n,), w.float(), b.float(), EPS)
+    x, w, b, err = layer_norm_forward_case(m, n, EPS)
     floor_ms = 4 * m * n / bw * 1e3
     y = torch.empty_like(x)
     mean = torch.empty(m, device="cuda")
     rstd = torch.empty(m, device="cuda")
-
-    def err(out):
-        return ((out.float() - ref).norm() / ref.norm()).item()
 
     if n not in compiled:
         compiled[n] = torch.compile(lambda t: F.layer_norm(t, (n,), w, b, EPS), dynamic=False)

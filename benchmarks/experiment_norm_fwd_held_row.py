@@ -29,9 +29,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
-from _gpu import checked_timing, graph_ms, parse_row_warps, start_timing  # noqa: E402
+from _gpu import (checked_timing, graph_ms, layer_norm_forward_case,  # noqa: E402
+                  parse_row_warps, start_timing)
 from _op_helpers import ForcedConfig  # noqa: E402  (tests/)
 from liger_aot.kernel_src import tuning  # noqa: E402
 from liger_aot.kernel_src.layer_norm import spec as ln_spec  # noqa: E402
@@ -171,15 +171,8 @@ def time_round(configs, elements, bw, times):
     shipped = ln_mod._fwd
     for n, named in configs.items():
         m = elements // n
-        gen = torch.Generator(device="cuda").manual_seed(0)
-        x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16, generator=gen) + 3.0
-        w = (1 + 0.1 * torch.randn(n, device="cuda", generator=gen)).to(torch.bfloat16)
-        b = (0.1 * torch.randn(n, device="cuda", generator=gen)).to(torch.bfloat16)
-        ref = F.layer_norm(x.float(), (n,), w.float(), b.float(), EPS)
+        x, w, b, err = layer_norm_forward_case(m, n, EPS)
         floor_ms = 4 * m * n / bw * 1e3
-
-        def err(y):
-            return ((y.float() - ref).norm() / ref.norm()).item()
 
         def forward():
             return ln_mod.layer_norm_forward(x, w, b, EPS)[:1]

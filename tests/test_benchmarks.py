@@ -502,8 +502,8 @@ def test_experiment_norm_fwd_body_arguments_and_kernels():
     lines = done.stdout.splitlines()
     assert len(lines) == len(body.VARIANTS), lines
     for line, (name, *_) in zip(lines, body.VARIANTS):
-        assert re.search(rf"N  1024  2 warps {name} *: regs +\d+, [1-9]\d+ SASS instructions",
-                         line), line
+        assert re.search(rf"N  1024  2 warps {name} *: regs +\d+, stack \d+ B, [1-9]\d+ SASS "
+                         "instructions", line), line
 
 
 def test_experiment_norm_size_arguments():
